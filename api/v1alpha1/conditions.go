@@ -1,0 +1,40 @@
+package v1alpha1
+
+import clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+// Condition types and reasons shared by the Goofy kinds. Ready and Paused follow CAPI's names so
+// that CAPI mirrors them; the phase conditions of a GoofyMachine tell where provisioning stands.
+const (
+	// ReadyCondition summarises the object's state.
+	ReadyCondition = clusterv1.ReadyCondition
+	// PausedCondition is true while the object or its Cluster is paused.
+	PausedCondition = clusterv1.PausedCondition
+
+	// VMProvisionedCondition: the simulated (or Azure-bound) VM exists.
+	VMProvisionedCondition = "VMProvisioned"
+	// NodeProvisionedCondition: the Node exists in the workload cluster.
+	NodeProvisionedCondition = "NodeProvisioned"
+	// EtcdProvisionedCondition: the etcd member serves (control-plane machines only).
+	EtcdProvisionedCondition = "EtcdProvisioned"
+	// APIServerProvisionedCondition: the API server serves (control-plane machines only).
+	APIServerProvisionedCondition = "APIServerProvisioned"
+	// LoadBalancerReadyCondition: the cluster's API endpoint is allocated and served.
+	LoadBalancerReadyCondition = "LoadBalancerReady"
+
+	// ReadyReason and friends are the reasons the reconcilers set.
+	ReadyReason                             = "Ready"
+	NotReadyReason                          = "NotReady"
+	ProvisionedReason                       = "Provisioned"
+	ProvisioningReason                      = "Provisioning"
+	WaitingForClusterInfrastructureReason   = "WaitingForClusterInfrastructure"
+	WaitingForBootstrapDataReason           = "WaitingForBootstrapData"
+	WaitingForControlPlaneInitializedReason = "WaitingForControlPlaneInitialized"
+	WaitingForPreviousPhaseReason           = "WaitingForPreviousPhase"
+	NotApplicableReason                     = "NotApplicable"
+	DeletingReason                          = "Deleting"
+	PortRangeExhaustedReason                = "PortRangeExhausted"
+	ListenerFailedReason                    = "ListenerFailed"
+	NoFreeInstanceReason                    = "NoFreeInstance"
+	InstanceGoneReason                      = "InstanceGone"
+	AzureErrorReason                        = "AzureError"
+)

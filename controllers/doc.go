@@ -1,0 +1,2 @@
+// Package controllers holds the GoofyCluster and GoofyMachine reconcilers.
+package controllers
