@@ -1,0 +1,230 @@
+package apiserver
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
+	kjson "sigs.k8s.io/json"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
+)
+
+// readBody reads the request body up to the configured limit; larger bodies are a 413 like
+// upstream's.
+func (h *handler) readBody(r *http.Request) ([]byte, error) {
+	limit := h.opts.MaxRequestBodyBytes
+	tooLarge := apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", limit))
+	if r.ContentLength > limit {
+		return nil, tooLarge
+	}
+	if r.Body == nil {
+		return nil, nil
+	}
+	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("reading request body: %v", err))
+	}
+	if int64(len(data)) > limit {
+		return nil, tooLarge
+	}
+	return data, nil
+}
+
+// addWarnings sends field-validation findings as HTTP Warning headers (what client-go turns into
+// "Warning: ..." lines in kubectl).
+func addWarnings(w http.ResponseWriter, msgs []string) {
+	for _, m := range msgs {
+		if v, err := utilnet.NewWarningHeader(299, "-", m); err == nil {
+			w.Header().Add("Warning", v)
+		}
+	}
+}
+
+func errorStrings(errs []error) []string {
+	out := make([]string, 0, len(errs))
+	for _, e := range errs {
+		out = append(out, e.Error())
+	}
+	return out
+}
+
+// decodeObject decodes a create/update body into the resource's typed object, applying the
+// field validation directive (unknown or duplicate fields: 400 in Strict, warnings in Warn) and
+// checking the kind, name and namespace against the URL.
+func (h *handler) decodeObject(rq *reqScope, directive string) (runtime.Object, error) {
+	sv := getServing()
+	info, err := negotiation.NegotiateInputSerializer(rq.r, false, sv.objects)
+	if err != nil {
+		return nil, err
+	}
+	body, err := h.readBody(rq.r)
+	if err != nil {
+		return nil, err
+	}
+	gvk := rq.gvr.GroupVersion().WithKind(rq.ri.Kind)
+	into, err := store.Scheme().New(gvk)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	dec := info.Serializer
+	if directive != metav1.FieldValidationIgnore {
+		dec = info.StrictSerializer
+	}
+	obj, got, err := dec.Decode(body, &gvk, into)
+	if err != nil {
+		strictErr, isStrict := runtime.AsStrictDecodingError(err)
+		switch {
+		case isStrict && obj != nil && directive == metav1.FieldValidationWarn:
+			addWarnings(rq.w, errorStrings(strictErr.Errors()))
+		case got != nil && got.Kind != "":
+			return nil, badRequestf("%s in version %q cannot be handled as a %s: %v", got.Kind, got.Version, gvk.Kind, err)
+		default:
+			return nil, badRequestf("the object provided is unrecognized (must be of type %s): %v (%s)", gvk.Kind, err, summarize(body, 30))
+		}
+	}
+	if got.GroupVersion() != gvk.GroupVersion() {
+		return nil, badRequestf("the API version in the data (%s) does not match the expected API version (%v)", got.GroupVersion(), gvk.GroupVersion())
+	}
+	if got.Kind != gvk.Kind || obj != into {
+		return nil, badRequestf("the kind in the data (%s) does not match the expected kind (%s)", got.Kind, gvk.Kind)
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	if rq.name != "" && m.GetName() != rq.name {
+		return nil, badRequestf("the name of the object (%s) does not match the name on the URL (%s)", m.GetName(), rq.name)
+	}
+	if err := ensureNamespace(rq, m); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+// summarize shortens a body for an error message, as upstream does.
+func summarize(data []byte, n int) string {
+	s := strings.TrimSpace(string(data))
+	if len(s) > n {
+		s = s[:n] + " ..."
+	}
+	return s
+}
+
+var patchTypes = []string{
+	string(types.JSONPatchType), string(types.MergePatchType),
+	string(types.StrategicMergePatchType), string(types.ApplyYAMLPatchType),
+}
+
+// patchType maps the Content-Type of a PATCH to a patch type; anything else is a 415.
+func patchType(r *http.Request) (types.PatchType, error) {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err == nil {
+		for _, t := range patchTypes {
+			if mt == t {
+				return types.PatchType(t), nil
+			}
+		}
+	}
+	return "", negotiation.NewUnsupportedMediaTypeError(patchTypes)
+}
+
+// validatePatchFields finds unknown and duplicate fields a patch would write, and answers them
+// like upstream: 422 in Strict, Warning headers in Warn. Malformed patches are left to the store,
+// which reports them precisely.
+func (h *handler) validatePatchFields(rq *reqScope, pt types.PatchType, body []byte, directive string) error {
+	if directive == metav1.FieldValidationIgnore {
+		return nil
+	}
+	sv := getServing()
+	yamlInfo, _ := runtime.SerializerInfoForMediaType(sv.objects.SupportedMediaTypes(), runtime.ContentTypeYAML)
+	jsonInfo, _ := runtime.SerializerInfoForMediaType(sv.objects.SupportedMediaTypes(), runtime.ContentTypeJSON)
+	var strictErrs []error
+	probe, probeDec := body, jsonInfo.StrictSerializer
+	switch pt {
+	case types.ApplyYAMLPatchType:
+		probeDec = yamlInfo.StrictSerializer
+	case types.StrategicMergePatchType:
+		var m map[string]any
+		errs, err := kjson.UnmarshalStrict(body, &m)
+		if err != nil {
+			return nil
+		}
+		strictErrs = errs
+		stripDirectives(m)
+		if probe, err = json.Marshal(m); err != nil {
+			return nil
+		}
+	case types.JSONPatchType:
+		// The operations' paths only mean something applied to the current object.
+		cur, err := h.c.Get(rq.gvr, rq.ns, rq.name)
+		if err != nil {
+			return nil
+		}
+		curJSON, err := runtime.Encode(sv.objects.EncoderForVersion(jsonInfo.Serializer, rq.gvr.GroupVersion()), cur)
+		if err != nil {
+			return nil
+		}
+		p, err := jsonpatch.DecodePatch(body)
+		if err != nil {
+			return nil
+		}
+		if probe, err = p.Apply(curJSON); err != nil {
+			return nil
+		}
+	}
+	gvk := rq.gvr.GroupVersion().WithKind(rq.ri.Kind)
+	into, err := store.Scheme().New(gvk)
+	if err != nil {
+		return nil
+	}
+	if _, _, err := probeDec.Decode(probe, &gvk, into); err != nil {
+		strictErr, ok := runtime.AsStrictDecodingError(err)
+		if !ok {
+			return nil
+		}
+		strictErrs = append(strictErrs, strictErr.Errors()...)
+	}
+	if len(strictErrs) == 0 {
+		return nil
+	}
+	if directive == metav1.FieldValidationWarn {
+		addWarnings(rq.w, errorStrings(strictErrs))
+		return nil
+	}
+	return apierrors.NewInvalid(schema.GroupKind{}, "", field.ErrorList{
+		field.Invalid(field.NewPath("patch"), summarize(body, 200), runtime.NewStrictDecodingError(strictErrs).Error()),
+	})
+}
+
+// stripDirectives removes strategic-merge-patch directives ($patch, $setElementOrder/...,
+// $retainKeys, $deleteFromPrimitiveList/...) so that what remains is a partial object.
+func stripDirectives(v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, child := range t {
+			if strings.HasPrefix(k, "$") {
+				delete(t, k)
+				continue
+			}
+			stripDirectives(child)
+		}
+	case []any:
+		for _, child := range t {
+			stripDirectives(child)
+		}
+	}
+}

@@ -1,0 +1,487 @@
+package apiserver
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
+	"sigs.k8s.io/yaml"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
+)
+
+func (h *handler) serveSubresource(rq *reqScope) {
+	if !rq.ri.HasSubresource(rq.sub) || rq.name == "" {
+		h.writeError(rq.w, rq.r, notFound())
+		return
+	}
+	notSupported := func() {
+		h.writeError(rq.w, rq.r, apierrors.NewMethodNotSupported(schema.GroupResource{Group: rq.gvr.Group, Resource: rq.gvr.Resource + "/" + rq.sub}, rq.verb))
+	}
+	switch rq.sub {
+	case "status":
+		switch rq.verb {
+		case "get":
+			h.serveGet(rq)
+		case "update":
+			h.serveUpdate(rq)
+		case "patch":
+			h.servePatch(rq)
+		default:
+			notSupported()
+		}
+	case "scale":
+		switch rq.verb {
+		case "get", "update", "patch":
+			h.serveScale(rq)
+		default:
+			notSupported()
+		}
+	case "eviction":
+		if rq.verb != "create" {
+			notSupported()
+			return
+		}
+		h.serveEviction(rq)
+	case "log":
+		if rq.verb != "get" {
+			notSupported()
+			return
+		}
+		h.serveLog(rq)
+	case "portforward":
+		if rq.verb != "get" && rq.verb != "create" {
+			notSupported()
+			return
+		}
+		if h.opts.PortForward == nil {
+			h.writeError(rq.w, rq.r, notFound())
+			return
+		}
+		h.opts.PortForward.ServeHTTP(rq.w, rq.r)
+	default:
+		h.writeError(rq.w, rq.r, notFound())
+	}
+}
+
+// --- scale ---
+
+// scaleOf reads the autoscaling/v1 Scale view of a scalable workload.
+func scaleOf(obj runtime.Object) (*autoscalingv1.Scale, error) {
+	s := &autoscalingv1.Scale{}
+	var sel string
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		s.ObjectMeta, s.Spec.Replicas, s.Status.Replicas, sel = o.ObjectMeta, replicas(o.Spec.Replicas), o.Status.Replicas, formatSelector(o.Spec.Selector)
+	case *appsv1.ReplicaSet:
+		s.ObjectMeta, s.Spec.Replicas, s.Status.Replicas, sel = o.ObjectMeta, replicas(o.Spec.Replicas), o.Status.Replicas, formatSelector(o.Spec.Selector)
+	case *appsv1.StatefulSet:
+		s.ObjectMeta, s.Spec.Replicas, s.Status.Replicas, sel = o.ObjectMeta, replicas(o.Spec.Replicas), o.Status.Replicas, formatSelector(o.Spec.Selector)
+	case *corev1.ReplicationController:
+		s.ObjectMeta, s.Spec.Replicas, s.Status.Replicas = o.ObjectMeta, replicas(o.Spec.Replicas), o.Status.Replicas
+		sel = labels.SelectorFromSet(o.Spec.Selector).String()
+	default:
+		return nil, apierrors.NewInternalError(fmt.Errorf("%T has no scale subresource", obj))
+	}
+	// Scale carries identity only, like upstream.
+	s.ObjectMeta = metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, UID: s.UID,
+		ResourceVersion: s.ResourceVersion, CreationTimestamp: s.CreationTimestamp}
+	s.Status.Selector = sel
+	return s, nil
+}
+
+func formatSelector(sel *metav1.LabelSelector) string {
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return ""
+	}
+	return s.String()
+}
+
+func setReplicas(obj runtime.Object, n int32) {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		o.Spec.Replicas = &n
+	case *appsv1.ReplicaSet:
+		o.Spec.Replicas = &n
+	case *appsv1.StatefulSet:
+		o.Spec.Replicas = &n
+	case *corev1.ReplicationController:
+		o.Spec.Replicas = &n
+	}
+}
+
+// serveScale translates the scale subresource onto the workload's spec.replicas.
+func (h *handler) serveScale(rq *reqScope) {
+	sv := getServing()
+	scaleGV := autoscalingv1.SchemeGroupVersion
+	obj, err := h.c.Get(rq.gvr, rq.ns, rq.name)
+	if err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	cur, err := scaleOf(obj)
+	if err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	if rq.verb == "get" {
+		h.writeWith(rq, http.StatusOK, cur, sv.scale, scaleGV)
+		return
+	}
+
+	var want *autoscalingv1.Scale
+	var dryRun []string
+	if rq.verb == "update" {
+		opts := &metav1.UpdateOptions{}
+		if err := decodeQuery(rq.r, opts); err != nil {
+			h.writeError(rq.w, rq.r, err)
+			return
+		}
+		dryRun = opts.DryRun
+		if want, err = h.decodeScale(rq); err != nil {
+			h.writeError(rq.w, rq.r, err)
+			return
+		}
+	} else {
+		opts := &metav1.PatchOptions{}
+		pt, err := patchType(rq.r)
+		if err == nil {
+			err = decodeQuery(rq.r, opts)
+		}
+		if err == nil {
+			if errs := metav1validation.ValidatePatchOptions(opts, pt); len(errs) > 0 {
+				err = invalidOptions("PatchOptions", errs)
+			}
+		}
+		if err != nil {
+			h.writeError(rq.w, rq.r, err)
+			return
+		}
+		dryRun = opts.DryRun
+		body, err := h.readBody(rq.r)
+		if err != nil {
+			h.writeError(rq.w, rq.r, err)
+			return
+		}
+		if want, err = patchScale(cur, pt, body); err != nil {
+			h.writeError(rq.w, rq.r, err)
+			return
+		}
+	}
+	if want.Name != "" && want.Name != rq.name {
+		h.writeError(rq.w, rq.r, badRequestf("the name of the object (%s) does not match the name on the URL (%s)", want.Name, rq.name))
+		return
+	}
+	// The Scale's resourceVersion, when given, is a precondition on the workload.
+	if want.ResourceVersion != "" {
+		if err := setResourceVersion(obj, want.ResourceVersion); err != nil {
+			h.writeError(rq.w, rq.r, err)
+			return
+		}
+	}
+	setReplicas(obj, want.Spec.Replicas)
+	out, err := h.c.Update(rq.gvr, rq.ns, obj, store.UpdateOptions{DryRun: len(dryRun) > 0, FieldManager: "scale"})
+	if err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	s, err := scaleOf(out)
+	if err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	h.writeWith(rq, http.StatusOK, s, sv.scale, scaleGV)
+}
+
+func setResourceVersion(obj runtime.Object, rv string) error {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return apierrors.NewInternalError(fmt.Errorf("%T has no metadata", obj))
+	}
+	m.SetResourceVersion(rv)
+	return nil
+}
+
+func (h *handler) decodeScale(rq *reqScope) (*autoscalingv1.Scale, error) {
+	sv := getServing()
+	info, err := negotiation.NegotiateInputSerializer(rq.r, false, sv.scale)
+	if err != nil {
+		return nil, err
+	}
+	body, err := h.readBody(rq.r)
+	if err != nil {
+		return nil, err
+	}
+	gvk := autoscalingv1.SchemeGroupVersion.WithKind("Scale")
+	s := &autoscalingv1.Scale{}
+	obj, got, err := info.Serializer.Decode(body, &gvk, s)
+	if err != nil {
+		return nil, badRequestf("the object provided is unrecognized (must be of type Scale): %v (%s)", err, summarize(body, 30))
+	}
+	if obj != s || got.Kind != "Scale" {
+		return nil, badRequestf("the kind in the data (%s) does not match the expected kind (Scale)", got.Kind)
+	}
+	return s, nil
+}
+
+// patchScale applies a patch to the Scale view. Server-side apply on scale is treated as a
+// merge of the applied fields (no managed-fields tracking for the Scale view).
+func patchScale(cur *autoscalingv1.Scale, pt types.PatchType, body []byte) (*autoscalingv1.Scale, error) {
+	cur = cur.DeepCopy()
+	cur.APIVersion, cur.Kind = "autoscaling/v1", "Scale"
+	orig, err := json.Marshal(cur)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	var patched []byte
+	switch pt {
+	case types.JSONPatchType:
+		p, err := jsonpatch.DecodePatch(body)
+		if err == nil {
+			patched, err = p.Apply(orig)
+		}
+		if err != nil {
+			return nil, apierrors.NewBadRequest(err.Error())
+		}
+	case types.MergePatchType:
+		if patched, err = jsonpatch.MergePatch(orig, body); err != nil {
+			return nil, apierrors.NewBadRequest(err.Error())
+		}
+	case types.StrategicMergePatchType:
+		if patched, err = strategicpatch.StrategicMergePatch(orig, body, &autoscalingv1.Scale{}); err != nil {
+			return nil, apierrors.NewBadRequest(err.Error())
+		}
+	case types.ApplyYAMLPatchType:
+		js, err := yaml.YAMLToJSON(body)
+		if err == nil {
+			patched, err = jsonpatch.MergePatch(orig, js)
+		}
+		if err != nil {
+			return nil, apierrors.NewBadRequest(err.Error())
+		}
+	}
+	out := &autoscalingv1.Scale{}
+	if err := json.Unmarshal(patched, out); err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	return out, nil
+}
+
+// --- eviction ---
+
+var podsGVR = corev1.SchemeGroupVersion.WithResource("pods")
+var pdbsGVR = policyv1.SchemeGroupVersion.WithResource("poddisruptionbudgets")
+
+// serveEviction deletes a pod unless that would violate a PodDisruptionBudget, in which case it
+// answers 429 like the real eviction subresource; an allowed eviction consumes one disruption.
+func (h *handler) serveEviction(rq *reqScope) {
+	sv := getServing()
+	info, err := negotiation.NegotiateInputSerializer(rq.r, false, sv.objects)
+	if err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	body, err := h.readBody(rq.r)
+	if err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	gvk := policyv1.SchemeGroupVersion.WithKind("Eviction")
+	ev := &policyv1.Eviction{}
+	obj, got, err := info.Serializer.Decode(body, &gvk, ev)
+	if err != nil {
+		h.writeError(rq.w, rq.r, badRequestf("the object provided is unrecognized (must be of type Eviction): %v (%s)", err, summarize(body, 30)))
+		return
+	}
+	if obj != ev || got.Kind != "Eviction" {
+		h.writeError(rq.w, rq.r, badRequestf("the kind in the data (%s) does not match the expected kind (Eviction)", got.Kind))
+		return
+	}
+	if ev.Name != rq.name {
+		h.writeError(rq.w, rq.r, badRequestf("name in URL does not match name in Eviction object"))
+		return
+	}
+	if ev.Namespace != "" && ev.Namespace != rq.ns {
+		h.writeError(rq.w, rq.r, badRequestf("the namespace of the provided object does not match the namespace sent on the request"))
+		return
+	}
+	podObj, err := h.c.Get(podsGVR, rq.ns, rq.name)
+	if err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	pod := podObj.(*corev1.Pod)
+	dryRun := ev.DeleteOptions != nil && len(ev.DeleteOptions.DryRun) > 0
+	if !canIgnorePDB(pod) {
+		if err := h.consumeDisruption(pod, dryRun); err != nil {
+			h.writeError(rq.w, rq.r, err)
+			return
+		}
+	}
+	opts := store.DeleteOptions{DryRun: dryRun}
+	if d := ev.DeleteOptions; d != nil {
+		opts.Preconditions, opts.GracePeriodSeconds, opts.PropagationPolicy = d.Preconditions, d.GracePeriodSeconds, d.PropagationPolicy
+	}
+	if _, err := h.c.Delete(podsGVR, rq.ns, rq.name, opts); err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	h.writeObject(rq, http.StatusCreated, &metav1.Status{Status: metav1.StatusSuccess, Code: http.StatusCreated})
+}
+
+// canIgnorePDB: pods that are not running (or already going away) do not count against a budget.
+func canIgnorePDB(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed ||
+		p.Status.Phase == corev1.PodPending || p.DeletionTimestamp != nil
+}
+
+func tooManyRequests(cause string) error {
+	err := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{Type: policyv1.DisruptionBudgetCause, Message: cause})
+	return err
+}
+
+// consumeDisruption finds the pod's budget and takes one allowed disruption from it, retrying on
+// write conflicts with concurrent evictions.
+func (h *handler) consumeDisruption(pod *corev1.Pod, dryRun bool) error {
+	for attempt := 0; attempt < 5; attempt++ {
+		list, err := h.c.List(pdbsGVR, pod.Namespace, store.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var matched []policyv1.PodDisruptionBudget
+		for _, pdb := range list.(*policyv1.PodDisruptionBudgetList).Items {
+			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+			if err != nil || sel.Empty() || !sel.Matches(labels.Set(pod.Labels)) {
+				continue
+			}
+			matched = append(matched, pdb)
+		}
+		switch {
+		case len(matched) == 0:
+			return nil
+		case len(matched) > 1:
+			return apierrors.NewInternalError(fmt.Errorf("this pod has more than one PodDisruptionBudget, which the eviction subresource does not support"))
+		}
+		pdb := matched[0].DeepCopy()
+		if pdb.Status.ObservedGeneration < pdb.Generation {
+			return tooManyRequests(fmt.Sprintf("The disruption budget %s is still being processed by the server.", pdb.Name))
+		}
+		if pdb.Status.DisruptionsAllowed < 0 {
+			return apierrors.NewForbidden(pdbsGVR.GroupResource(), pdb.Name, fmt.Errorf("pdb disruptions allowed is negative"))
+		}
+		if pdb.Status.DisruptionsAllowed == 0 {
+			return tooManyRequests(fmt.Sprintf("The disruption budget %s needs %d healthy pods and has %d currently",
+				pdb.Name, pdb.Status.DesiredHealthy, pdb.Status.CurrentHealthy))
+		}
+		pdb.Status.DisruptionsAllowed--
+		if pdb.Status.DisruptedPods == nil {
+			pdb.Status.DisruptedPods = map[string]metav1.Time{}
+		}
+		pdb.Status.DisruptedPods[pod.Name] = metav1.Now()
+		_, err = h.c.Update(pdbsGVR, pdb.Namespace, pdb, store.UpdateOptions{DryRun: dryRun, Subresource: "status", FieldManager: "eviction"})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		return err
+	}
+	return apierrors.NewConflict(pdbsGVR.GroupResource(), "", fmt.Errorf("too many concurrent evictions, please retry"))
+}
+
+// --- log ---
+
+// serveLog answers pods/log with a short synthesized log: the simulated pods run no processes,
+// but `kubectl logs` (and tooling that tails control-plane pods) must get a real text stream.
+func (h *handler) serveLog(rq *reqScope) {
+	obj, err := h.c.Get(podsGVR, rq.ns, rq.name)
+	if err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	pod := obj.(*corev1.Pod)
+	q := rq.r.URL.Query()
+	container := q.Get("container")
+	var names []string
+	for _, c := range pod.Spec.Containers {
+		names = append(names, c.Name)
+	}
+	var ctr *corev1.Container
+	switch {
+	case container == "" && len(pod.Spec.Containers) == 1:
+		ctr = &pod.Spec.Containers[0]
+	case container == "":
+		h.writeError(rq.w, rq.r, badRequestf("a container name must be specified for pod %s, choose one of: %v", pod.Name, names))
+		return
+	default:
+		for i := range pod.Spec.Containers {
+			if pod.Spec.Containers[i].Name == container {
+				ctr = &pod.Spec.Containers[i]
+			}
+		}
+		for i := range pod.Spec.InitContainers {
+			if pod.Spec.InitContainers[i].Name == container {
+				ctr = &pod.Spec.InitContainers[i]
+			}
+		}
+		if ctr == nil {
+			h.writeError(rq.w, rq.r, badRequestf("container %s is not valid for pod %s", container, pod.Name))
+			return
+		}
+	}
+	start := pod.CreationTimestamp.Time
+	if pod.Status.StartTime != nil {
+		start = pod.Status.StartTime.Time
+	}
+	lines := []string{
+		fmt.Sprintf("goofy: simulated container %q of pod %s/%s on node %q", ctr.Name, pod.Namespace, pod.Name, pod.Spec.NodeName),
+		fmt.Sprintf("goofy: image %s", ctr.Image),
+	}
+	if len(ctr.Command) > 0 || len(ctr.Args) > 0 {
+		lines = append(lines, "goofy: command "+strings.Join(append(append([]string{}, ctr.Command...), ctr.Args...), " "))
+	}
+	lines = append(lines, fmt.Sprintf("goofy: started at %s; no real process runs in a simulated cluster", start.UTC().Format(time.RFC3339)))
+	if v := q.Get("tailLines"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			h.writeError(rq.w, rq.r, badRequestf("invalid tailLines %q", v))
+			return
+		}
+		if n < len(lines) {
+			lines = lines[len(lines)-n:]
+		}
+	}
+	var b strings.Builder
+	for i, l := range lines {
+		if q.Get("timestamps") == "true" {
+			b.WriteString(start.Add(time.Duration(i)*time.Millisecond).UTC().Format(time.RFC3339Nano) + " ")
+		}
+		b.WriteString(l + "\n")
+	}
+	out := b.String()
+	if v := q.Get("limitBytes"); v != "" {
+		if n, err := strconv.Atoi(v); err == nil && n >= 0 && n < len(out) {
+			out = out[:n]
+		}
+	}
+	rq.w.Header().Set("Content-Type", "text/plain")
+	rq.w.WriteHeader(http.StatusOK)
+	_, _ = rq.w.Write([]byte(out))
+}

@@ -1,0 +1,142 @@
+package apiserver
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
+)
+
+// minWatchTimeout is upstream's --min-request-timeout: a watch without timeoutSeconds ends
+// after a random time between it and twice it, so clients re-list/re-watch like they must.
+const minWatchTimeout = 30 * time.Minute
+
+// serveWatch streams watch events: newline-delimited WatchEvents in JSON, length-prefixed
+// frames in protobuf, each flushed as soon as the event channel is drained.
+func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
+	sv := getServing()
+	mt, info, err := negotiation.NegotiateOutputMediaType(rq.r, sv.objects, restrictions{transforms: true})
+	if err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	if info.StreamSerializer == nil || info.StreamSerializer.Framer == nil {
+		_, streaming := negotiation.MediaTypesForSerializer(sv.objects)
+		h.writeError(rq.w, rq.r, negotiation.NewNotAcceptableError(streaming))
+		return
+	}
+	flusher, ok := rq.w.(http.Flusher)
+	if !ok {
+		h.writeError(rq.w, rq.r, apierrors.NewInternalError(fmt.Errorf("unable to start watch: response writer cannot flush")))
+		return
+	}
+	gv := rq.gvr.GroupVersion()
+	eventEnc := sv.objects.EncoderForVersion(info.StreamSerializer.Serializer, gv)
+	objEnc := sv.objects.EncoderForVersion(info.Serializer, gv)
+	var tableOpts *metav1.TableOptions
+	if mt.Convert != nil {
+		metaInfo, ok := runtime.SerializerInfoForMediaType(sv.meta.SupportedMediaTypes(), info.MediaType)
+		if !ok {
+			h.writeError(rq.w, rq.r, negotiation.NewNotAcceptableError([]string{runtime.ContentTypeJSON}))
+			return
+		}
+		objEnc = sv.meta.EncoderForVersion(metaInfo.Serializer, mt.Convert.GroupVersion())
+		if mt.Convert.Kind == "Table" {
+			if tableOpts, err = tableOptions(rq.r); err != nil {
+				h.writeError(rq.w, rq.r, err)
+				return
+			}
+		} else if mt.Convert.Kind != "PartialObjectMetadata" {
+			h.writeError(rq.w, rq.r, negotiation.NewNotAcceptableConversionError(mt.Convert.Kind, []string{"PartialObjectMetadata", "Table"}))
+			return
+		}
+	}
+
+	watcher, err := h.c.Watch(rq.gvr, rq.ns, opts)
+	if err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	defer watcher.Stop()
+
+	timeout := minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))
+	if opts.TimeoutSeconds != nil && *opts.TimeoutSeconds > 0 {
+		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+
+	contentType := info.MediaType
+	if contentType != runtime.ContentTypeJSON {
+		contentType += ";stream=watch"
+	}
+	rq.w.Header().Set("Content-Type", contentType)
+	rq.w.Header().Set("Transfer-Encoding", "chunked")
+	rq.w.WriteHeader(http.StatusOK)
+	flusher.Flush()
+
+	framer := info.StreamSerializer.Framer.NewFrameWriter(rq.w)
+	var objBuf, eventBuf bytes.Buffer
+	ch := watcher.ResultChan()
+	for {
+		select {
+		case <-rq.r.Context().Done():
+			return
+		case <-timer.C:
+			return
+		case ev, ok := <-ch:
+			if !ok {
+				return
+			}
+			obj := ev.Object
+			if mt.Convert != nil && ev.Type != watch.Error {
+				if obj, err = h.transformWatched(rq, obj, *mt.Convert, tableOpts); err != nil {
+					h.log.Error(err, "Cannot transform watch event")
+					return
+				}
+				if tableOpts != nil {
+					tableOpts.NoHeaders = true // columns only in the first event, like upstream
+				}
+			}
+			enc := objEnc
+			if _, isStatus := obj.(*metav1.Status); isStatus {
+				enc = sv.objects.EncoderForVersion(info.Serializer, gv)
+			}
+			objBuf.Reset()
+			if err := enc.Encode(obj, &objBuf); err != nil {
+				h.log.Error(err, "Cannot encode watch event object")
+				return
+			}
+			eventBuf.Reset()
+			out := &metav1.WatchEvent{Type: string(ev.Type), Object: runtime.RawExtension{Raw: objBuf.Bytes()}}
+			if err := eventEnc.Encode(out, &eventBuf); err != nil {
+				h.log.Error(err, "Cannot encode watch event")
+				return
+			}
+			if _, err := framer.Write(eventBuf.Bytes()); err != nil {
+				return // client went away
+			}
+			if len(ch) == 0 {
+				flusher.Flush()
+			}
+		}
+	}
+}
+
+func (h *handler) transformWatched(rq *reqScope, obj runtime.Object, target schema.GroupVersionKind, tableOpts *metav1.TableOptions) (runtime.Object, error) {
+	gv := target.GroupVersion()
+	if target.Kind == "Table" {
+		return toTable(rq.ri, obj, tableOpts, gv, tableOpts.NoHeaders)
+	}
+	return partialMetadata(obj, gv)
+}
