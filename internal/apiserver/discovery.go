@@ -42,9 +42,9 @@ var subresourceShapes = map[string]subresourceShape{
 
 // discoveryDocs are the discovery documents, computed once from the store's resource table.
 type discoveryDocs struct {
-	groups       []metav1.APIGroup                                // /apis, in groupOrder
-	resources    map[schema.GroupVersion]*metav1.APIResourceList  // /api/v1, /apis/<g>/<v>
-	aggregated   map[bool]*apidiscoveryv2.APIGroupDiscoveryList   // key: legacy (/api) or not (/apis)
+	groups       []metav1.APIGroup                                  // /apis, in groupOrder
+	resources    map[schema.GroupVersion]*metav1.APIResourceList    // /api/v1, /apis/<g>/<v>
+	aggregated   map[bool]*apidiscoveryv2.APIGroupDiscoveryList     // key: legacy (/api) or not (/apis)
 	byGVR        map[schema.GroupVersionResource]store.ResourceInfo // routing
 	servedGroups map[string]bool
 	codecs       runtime.NegotiatedSerializer // apidiscovery.k8s.io/v2 in JSON and protobuf
