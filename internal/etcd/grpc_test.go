@@ -86,7 +86,7 @@ func TestMemberListAndHeadersOverTLS(t *testing.T) {
 	e := newEnv(t, "etcd-a", "etcd-b", "etcd-c")
 
 	for _, name := range []string{"a", "b", "c"} {
-		resp, err := e.client("etcd-"+name).MemberList(ctx(t))
+		resp, err := e.client("etcd-" + name).MemberList(ctx(t))
 		g.Expect(err).NotTo(HaveOccurred())
 		// The header names the member that answered, not some fixed one.
 		g.Expect(resp.Header.ClusterId).To(Equal(etcd.ClusterIDFor(cluster)))
