@@ -1,9 +1,17 @@
 package store
 
 import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
 	"sync"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -12,18 +20,66 @@ import (
 )
 
 // Cluster is one workload cluster's store. Every error returned is an *apierrors.StatusError.
+//
+// Stored objects are never mutated: every write stores a fresh object, so readers copy them
+// outside the lock and events can share them with the history.
 type Cluster struct {
 	name string
 
 	mu      sync.RWMutex
 	version string
+	rv      uint64                                  // last assigned resourceVersion
+	objects map[schema.GroupResource]map[string]client.Object // per-kind maps, created lazily
+	hist    history
+	// deps indexes dependents by owner UID for garbage collection; nil until an object has owners.
+	deps     map[types.UID]map[objRef]struct{}
+	watchers map[*watcher]struct{} // nil while nobody watches
+	closed   bool
 }
+
+// objRef locates a stored object.
+type objRef struct {
+	gr  schema.GroupResource
+	key string
+}
+
+// defaultNamespaces are created in every new cluster, as a real control plane does.
+var defaultNamespaces = []string{metav1.NamespaceDefault, "kube-node-lease", metav1.NamespacePublic, metav1.NamespaceSystem}
+
+var namespacesGVR = corev1.SchemeGroupVersion.WithResource("namespaces")
 
 func newCluster(name string, opts ClusterOptions) (*Cluster, error) {
-	return &Cluster{name: name, version: opts.KubernetesVersion}, nil
+	limit := opts.EventHistory
+	if limit <= 0 {
+		limit = DefaultEventHistory
+	}
+	c := &Cluster{
+		name:    name,
+		version: opts.KubernetesVersion,
+		objects: map[schema.GroupResource]map[string]client.Object{},
+		hist:    history{limit: limit},
+	}
+	b, _ := behaviorFor(namespacesGVR)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ns := range defaultNamespaces {
+		obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+		if _, err := c.createLocked(b, obj, false, "kube-apiserver"); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
-func (c *Cluster) close() {}
+// close ends all watches of a deleted cluster.
+func (c *Cluster) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for w := range c.watchers {
+		w.wake()
+	}
+}
 
 // Name returns the cluster name.
 func (c *Cluster) Name() string { return c.name }
@@ -42,49 +98,165 @@ func (c *Cluster) SetKubernetesVersion(v string) {
 	c.version = v
 }
 
-var errTODO = apierrors.NewServiceUnavailable("not implemented yet")
+// objectKey is the storage key: "namespace/name" or "name", ordered like the real API server's
+// etcd keys so pagination walks objects in the same order.
+func objectKey(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
+}
+
+// lookup resolves a served resource or answers 404 like the API server does for unknown paths.
+func lookup(gvr schema.GroupVersionResource) (*kindBehavior, error) {
+	b, ok := behaviorFor(gvr)
+	if !ok {
+		return nil, apierrors.NewNotFound(gvr.GroupResource(), "")
+	}
+	return b, nil
+}
+
+// requestNamespace normalises the namespace of a request for the kind.
+func (b *kindBehavior) requestNamespace(namespace string) (string, error) {
+	if !b.info.Namespaced {
+		return "", nil
+	}
+	if namespace == "" {
+		return "", apierrors.NewBadRequest("namespace is required for namespaced resource " + b.info.GVR.Resource)
+	}
+	return namespace, nil
+}
+
+// typedCopy returns a private typed copy of a request object, converting unstructured input.
+func (b *kindBehavior) typedCopy(obj runtime.Object) (client.Object, error) {
+	if obj == nil {
+		return nil, apierrors.NewBadRequest("no object provided")
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if gvk := u.GroupVersionKind(); !gvk.Empty() && gvk != b.info.GVK() {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("object kind %v does not match resource kind %v", gvk, b.info.GVK()))
+		}
+		out := reflect.New(b.goType).Interface().(client.Object)
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out); err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("invalid object: %v", err))
+		}
+		out.GetObjectKind().SetGroupVersionKind(b.info.GVK())
+		return out, nil
+	}
+	if reflect.TypeOf(obj) != reflect.PointerTo(b.goType) {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("object of type %T is not a %s", obj, b.info.Kind))
+	}
+	out := obj.DeepCopyObject().(client.Object)
+	out.GetObjectKind().SetGroupVersionKind(b.info.GVK())
+	return out, nil
+}
+
+func (c *Cluster) kindMap(gr schema.GroupResource) map[string]client.Object {
+	m := c.objects[gr]
+	if m == nil {
+		m = map[string]client.Object{}
+		c.objects[gr] = m
+	}
+	return m
+}
+
+func (c *Cluster) getLocked(gr schema.GroupResource, key string) client.Object {
+	return c.objects[gr][key]
+}
+
+func now() metav1.Time { return metav1.NewTime(time.Now().Truncate(time.Second)) }
+
+func formatRV(rv uint64) string { return fmt.Sprintf("%d", rv) }
 
 // Get returns a deep copy of the named object.
 func (c *Cluster) Get(gvr schema.GroupVersionResource, namespace, name string) (runtime.Object, error) {
-	return nil, errTODO
+	b, err := lookup(gvr)
+	if err != nil {
+		return nil, err
+	}
+	if namespace, err = b.requestNamespace(namespace); err != nil {
+		return nil, err
+	}
+	c.mu.RLock()
+	obj := c.getLocked(gvr.GroupResource(), objectKey(namespace, name))
+	c.mu.RUnlock()
+	if obj == nil {
+		return nil, apierrors.NewNotFound(gvr.GroupResource(), name)
+	}
+	return obj.DeepCopyObject(), nil
 }
 
-// List returns a typed *XxxList.
-func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts ListOptions) (runtime.Object, error) {
-	return nil, errTODO
+// emit records a change in the history and wakes the watchers of its kind. Callers hold c.mu.
+func (c *Cluster) emit(typ watch.EventType, gr schema.GroupResource, key string, obj, old client.Object, rv uint64) {
+	c.hist.add(&event{typ: typ, rv: rv, gr: gr, key: key, obj: obj, old: old})
+	for w := range c.watchers {
+		if w.gr == gr {
+			w.wake()
+		}
+	}
 }
 
-// Create stores a new object.
-func (c *Cluster) Create(gvr schema.GroupVersionResource, namespace string, obj runtime.Object, opts CreateOptions) (runtime.Object, error) {
-	return nil, errTODO
+// putLocked stores a new version of an object under a fresh RV and records the event.
+func (c *Cluster) putLocked(gr schema.GroupResource, obj, old client.Object) {
+	c.rv++
+	obj.SetResourceVersion(formatRV(c.rv))
+	key := objectKey(obj.GetNamespace(), obj.GetName())
+	c.kindMap(gr)[key] = obj
+	if old != nil {
+		c.unindexOwners(gr, key, old)
+	}
+	c.indexOwners(gr, key, obj)
+	typ := watch.Added
+	if old != nil {
+		typ = watch.Modified
+	}
+	c.emit(typ, gr, key, obj, old, c.rv)
 }
 
-// Update replaces an object.
-func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj runtime.Object, opts UpdateOptions) (runtime.Object, error) {
-	return nil, errTODO
+// dropLocked removes an object and records its deletion; last is a private copy of its final state.
+func (c *Cluster) dropLocked(gr schema.GroupResource, old, last client.Object) {
+	c.rv++
+	last.SetResourceVersion(formatRV(c.rv))
+	key := objectKey(old.GetNamespace(), old.GetName())
+	delete(c.objects[gr], key)
+	c.unindexOwners(gr, key, old)
+	c.emit(watch.Deleted, gr, key, last, old, c.rv)
 }
 
-// Patch patches an object.
-func (c *Cluster) Patch(gvr schema.GroupVersionResource, namespace, name string, pt types.PatchType, data []byte, opts PatchOptions) (runtime.Object, error) {
-	return nil, errTODO
+func (c *Cluster) indexOwners(gr schema.GroupResource, key string, obj client.Object) {
+	for _, ref := range obj.GetOwnerReferences() {
+		if c.deps == nil {
+			c.deps = map[types.UID]map[objRef]struct{}{}
+		}
+		set := c.deps[ref.UID]
+		if set == nil {
+			set = map[objRef]struct{}{}
+			c.deps[ref.UID] = set
+		}
+		set[objRef{gr, key}] = struct{}{}
+	}
 }
 
-// Delete deletes an object.
-func (c *Cluster) Delete(gvr schema.GroupVersionResource, namespace, name string, opts DeleteOptions) (runtime.Object, error) {
-	return nil, errTODO
+func (c *Cluster) unindexOwners(gr schema.GroupResource, key string, obj client.Object) {
+	for _, ref := range obj.GetOwnerReferences() {
+		if set := c.deps[ref.UID]; set != nil {
+			delete(set, objRef{gr, key})
+			if len(set) == 0 {
+				delete(c.deps, ref.UID)
+			}
+		}
+	}
 }
 
-// DeleteCollection deletes all matching objects.
-func (c *Cluster) DeleteCollection(gvr schema.GroupVersionResource, namespace string, listOpts ListOptions, opts DeleteOptions) (runtime.Object, error) {
-	return nil, errTODO
-}
-
-// Watch streams changes.
-func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts ListOptions) (watch.Interface, error) {
-	return nil, errTODO
-}
-
-// Client returns a controller-runtime client straight on this store.
-func (c *Cluster) Client() client.Client {
-	return nil
+// namespacedKeys returns the sorted keys of the kind's objects, limited to a namespace if given.
+func namespacedKeys(m map[string]client.Object, namespace string) []string {
+	keys := make([]string, 0, len(m))
+	prefix := namespace + "/"
+	for k := range m {
+		if namespace == "" || strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	return keys
 }

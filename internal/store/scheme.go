@@ -111,6 +111,7 @@ type registry struct {
 	resources []ResourceInfo
 	byGVR     map[schema.GroupVersionResource]*ResourceInfo
 	byGVK     map[schema.GroupVersionKind]*ResourceInfo
+	behaviors map[schema.GroupVersionResource]*kindBehavior
 }
 
 var (
@@ -133,9 +134,10 @@ func shared() *registry {
 		metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
 
 		r := &registry{
-			scheme: s,
-			byGVR:  map[schema.GroupVersionResource]*ResourceInfo{},
-			byGVK:  map[schema.GroupVersionKind]*ResourceInfo{},
+			scheme:    s,
+			byGVR:     map[schema.GroupVersionResource]*ResourceInfo{},
+			byGVK:     map[schema.GroupVersionKind]*ResourceInfo{},
+			behaviors: map[schema.GroupVersionResource]*kindBehavior{},
 		}
 		var gvs []schema.GroupVersion
 		seen := map[schema.GroupVersion]bool{}
@@ -180,6 +182,7 @@ func shared() *registry {
 			info := &r.resources[i]
 			r.byGVR[info.GVR] = info
 			r.byGVK[info.GVK()] = info
+			r.behaviors[info.GVR] = newBehavior(*info, s)
 		}
 		r.mapper = m
 		reg = r

@@ -1,0 +1,117 @@
+package store
+
+import (
+	"reflect"
+	"strings"
+	"sync"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	extapplyconfig "k8s.io/apiextensions-apiserver/pkg/client/applyconfiguration"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	applyconfigurations "k8s.io/client-go/applyconfigurations"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v6/typed"
+)
+
+// splitTypeConverter uses the structured-merge-diff schemas published with client-go (all of
+// k8s.io/api) and apiextensions-apiserver (CRDs), so list-map merges and apply conflicts follow the
+// real schema.
+type splitTypeConverter struct {
+	core, ext managedfields.TypeConverter
+}
+
+func (s splitTypeConverter) pick(obj runtime.Object) managedfields.TypeConverter {
+	if obj.GetObjectKind().GroupVersionKind().Group == apiextensionsv1.GroupName {
+		return s.ext
+	}
+	return s.core
+}
+
+func (s splitTypeConverter) ObjectToTyped(obj runtime.Object, opts ...typed.ValidationOptions) (*typed.TypedValue, error) {
+	return s.pick(obj).ObjectToTyped(obj, opts...)
+}
+
+func (s splitTypeConverter) TypedToObject(v *typed.TypedValue) (runtime.Object, error) {
+	obj, err := s.core.TypedToObject(v)
+	if err != nil {
+		return s.ext.TypedToObject(v)
+	}
+	return obj, nil
+}
+
+var (
+	typeConverterOnce sync.Once
+	typeConverter     managedfields.TypeConverter
+
+	fieldManagersMu sync.Mutex
+	fieldManagers   = map[fieldManagerKey]*managedfields.FieldManager{}
+)
+
+type fieldManagerKey struct {
+	gvk         schema.GroupVersionKind
+	subresource string
+}
+
+func sharedTypeConverter() managedfields.TypeConverter {
+	typeConverterOnce.Do(func() {
+		s := Scheme()
+		typeConverter = splitTypeConverter{
+			core: applyconfigurations.NewTypeConverter(s),
+			ext:  extapplyconfig.NewTypeConverter(s),
+		}
+	})
+	return typeConverter
+}
+
+// fieldManagerFor returns the shared field manager of a kind and subresource ("" or "status").
+// Reset fields keep apply on the main resource from owning status and vice versa, as the real
+// API server's strategies declare.
+func fieldManagerFor(b *kindBehavior, subresource string) (*managedfields.FieldManager, error) {
+	key := fieldManagerKey{b.info.GVK(), subresource}
+	fieldManagersMu.Lock()
+	defer fieldManagersMu.Unlock()
+	if fm, ok := fieldManagers[key]; ok {
+		return fm, nil
+	}
+	var reset map[fieldpath.APIVersion]fieldpath.Filter
+	if b.hasStatus {
+		var set *fieldpath.Set
+		if subresource == "" {
+			set = fieldpath.NewSet(fieldpath.MakePathOrDie("status"))
+		} else {
+			var paths []fieldpath.Path
+			for _, name := range topLevelJSONFields(b.goType) {
+				if name != "status" && name != "metadata" && name != "apiVersion" && name != "kind" {
+					paths = append(paths, fieldpath.MakePathOrDie(name))
+				}
+			}
+			paths = append(paths, fieldpath.MakePathOrDie("metadata", "labels"), fieldpath.MakePathOrDie("metadata", "annotations"))
+			set = fieldpath.NewSet(paths...)
+		}
+		reset = map[fieldpath.APIVersion]fieldpath.Filter{
+			fieldpath.APIVersion(b.info.GVR.GroupVersion().String()): fieldpath.NewExcludeSetFilter(set),
+		}
+	}
+	s := Scheme()
+	fm, err := managedfields.NewDefaultFieldManager(sharedTypeConverter(), s, s, s, b.info.GVK(), b.info.GVR.GroupVersion(), subresource, reset)
+	if err != nil {
+		return nil, err
+	}
+	fieldManagers[key] = fm
+	return fm, nil
+}
+
+// topLevelJSONFields lists the JSON names of a kind's top-level fields.
+func topLevelJSONFields(t reflect.Type) []string {
+	var out []string
+	for i := 0; i < t.NumField(); i++ {
+		tag := t.Field(i).Tag.Get("json")
+		name := strings.Split(tag, ",")[0]
+		if name != "" && name != "-" {
+			out = append(out, name)
+		}
+	}
+	return out
+}

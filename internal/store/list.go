@@ -1,0 +1,290 @@
+package store
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sort"
+	"strconv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metainternalvalidation "k8s.io/apimachinery/pkg/apis/meta/internalversion/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// selection is a validated label and field selector.
+type selection struct {
+	label labels.Selector // nil: everything
+	field fields.Selector // nil: everything; labels already converted to the kind's field set
+}
+
+func (s selection) everything() bool {
+	return (s.label == nil || s.label.Empty()) && (s.field == nil || s.field.Empty())
+}
+
+func (s selection) matches(b *kindBehavior, obj client.Object) bool {
+	if s.label != nil && !s.label.Empty() && !s.label.Matches(labels.Set(obj.GetLabels())) {
+		return false
+	}
+	if s.field != nil && !s.field.Empty() && !s.field.Matches(b.fieldsOf(obj)) {
+		return false
+	}
+	return true
+}
+
+// selectors validates the selectors of a request against the kind's field set; an unsupported
+// field is a 400, with the real API server's message.
+func (b *kindBehavior) selectors(opts ListOptions) (selection, error) {
+	sel := selection{label: opts.LabelSelector}
+	if opts.FieldSelector != nil && !opts.FieldSelector.Empty() {
+		f, err := opts.FieldSelector.Transform(func(field, value string) (string, string, error) {
+			l, ok := b.fieldLabel(field)
+			if !ok {
+				return "", "", fmt.Errorf("field label not supported: %s", field)
+			}
+			return l, value, nil
+		})
+		if err != nil {
+			return sel, apierrors.NewBadRequest(err.Error())
+		}
+		sel.field = f
+	}
+	return sel, nil
+}
+
+// validateListOptions applies the real API server's rules on resourceVersion, resourceVersionMatch,
+// continue and sendInitialEvents.
+func validateListOptions(opts ListOptions, isWatch bool) error {
+	in := internalversion.ListOptions{
+		ResourceVersion:      opts.ResourceVersion,
+		ResourceVersionMatch: opts.ResourceVersionMatch,
+		Continue:             opts.Continue,
+		SendInitialEvents:    opts.SendInitialEvents,
+		AllowWatchBookmarks:  opts.AllowWatchBookmarks,
+		Watch:                isWatch,
+		Limit:                opts.Limit,
+	}
+	if errs := metainternalvalidation.ValidateListOptions(&in, true); len(errs) > 0 {
+		return apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: "ListOptions"}, "", errs)
+	}
+	return nil
+}
+
+func parseRV(s string) (uint64, error) {
+	rv, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, apierrors.NewBadRequest(fmt.Sprintf("invalid resource version %q: %v", s, err))
+	}
+	return rv, nil
+}
+
+// tooLargeRV is what the real API server answers when asked for a state it has not reached.
+func tooLargeRV(want, have uint64) error {
+	err := apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d", want, have), 1)
+	err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}}
+	return err
+}
+
+func tooOldRV(want, oldest uint64) error {
+	return apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", want, oldest))
+}
+
+// continueToken is the opaque pagination cursor: the snapshot RV and the last key returned.
+type continueToken struct {
+	V     string `json:"v"`
+	RV    uint64 `json:"rv"`
+	Start string `json:"start"`
+}
+
+const continueVersion = "meta.k8s.io/v1"
+
+func encodeContinue(rv uint64, lastKey string) string {
+	data, _ := json.Marshal(continueToken{V: continueVersion, RV: rv, Start: lastKey})
+	return base64.RawURLEncoding.EncodeToString(data)
+}
+
+func decodeContinue(s string) (continueToken, error) {
+	var tok continueToken
+	data, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		err = json.Unmarshal(data, &tok)
+	}
+	if err == nil && (tok.V != continueVersion || tok.RV == 0) {
+		err = fmt.Errorf("unsupported continue token")
+	}
+	if err != nil {
+		return tok, apierrors.NewBadRequest(fmt.Sprintf("continue key is not valid: %v", err))
+	}
+	return tok, nil
+}
+
+// snapshotLocked returns the sorted keys and objects of a kind in a namespace as they were at rv
+// (0: now), rebuilt by undoing newer events from the history. Callers hold c.mu.
+func (c *Cluster) snapshotLocked(gr schema.GroupResource, namespace string, rv uint64) ([]string, map[string]client.Object, error) {
+	cur := c.objects[gr]
+	if rv == 0 || rv == c.rv {
+		return namespacedKeys(cur, namespace), cur, nil
+	}
+	evs, ok := c.hist.since(rv, 0)
+	if !ok {
+		return nil, nil, errExpired
+	}
+	m := make(map[string]client.Object, len(cur))
+	for _, k := range namespacedKeys(cur, namespace) {
+		m[k] = cur[k]
+	}
+	for i := len(evs) - 1; i >= 0; i-- {
+		e := evs[i]
+		if e.gr != gr || (namespace != "" && e.obj.GetNamespace() != namespace) {
+			continue
+		}
+		if e.typ == watch.Added {
+			delete(m, e.key)
+		} else {
+			m[e.key] = e.old
+		}
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys, m, nil
+}
+
+var errExpired = apierrors.NewResourceExpired("expired")
+
+// List returns a typed *XxxList with ListMeta.ResourceVersion, Continue and RemainingItemCount.
+func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts ListOptions) (runtime.Object, error) {
+	b, err := lookup(gvr)
+	if err != nil {
+		return nil, err
+	}
+	if !b.info.Namespaced {
+		namespace = ""
+	}
+	if err := validateListOptions(opts, false); err != nil {
+		return nil, err
+	}
+	sel, err := b.selectors(opts)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		at    uint64 // snapshot RV, 0: current
+		after string // resume after this key
+	)
+	if opts.Continue != "" {
+		if opts.ResourceVersion != "" && opts.ResourceVersion != "0" {
+			return nil, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
+		}
+		tok, err := decodeContinue(opts.Continue)
+		if err != nil {
+			return nil, err
+		}
+		at, after = tok.RV, tok.Start
+	} else if opts.ResourceVersion != "" && opts.ResourceVersion != "0" {
+		rv, err := parseRV(opts.ResourceVersion)
+		if err != nil {
+			return nil, err
+		}
+		exact := opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact ||
+			(opts.ResourceVersionMatch == "" && opts.Limit > 0) // legacy paginated lists are exact
+		c.mu.RLock()
+		cur := c.rv
+		c.mu.RUnlock()
+		if rv > cur {
+			return nil, tooLargeRV(rv, cur)
+		}
+		if exact {
+			at = rv
+		}
+	}
+
+	c.mu.RLock()
+	snapRV := c.rv
+	if at != 0 {
+		snapRV = at
+	}
+	keys, objs, err := c.snapshotLocked(gvr.GroupResource(), namespace, at)
+	var page []client.Object
+	var pageKeys []string
+	if err == nil {
+		// Collect candidates under the lock; objects are immutable so matching can happen later.
+		i := sort.SearchStrings(keys, after)
+		if after != "" && i < len(keys) && keys[i] == after {
+			i++
+		}
+		pageKeys = keys[i:]
+		page = make([]client.Object, len(pageKeys))
+		for j, k := range pageKeys {
+			page[j] = objs[k]
+		}
+	}
+	oldest := c.hist.evicted
+	c.mu.RUnlock()
+	if err != nil {
+		if opts.Continue != "" {
+			return nil, apierrors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
+		}
+		return nil, tooOldRV(at, oldest)
+	}
+
+	var out []client.Object
+	var cont string
+	var remaining *int64
+	for j, obj := range page {
+		if !sel.matches(b, obj) {
+			continue
+		}
+		if opts.Limit > 0 && int64(len(out)) == opts.Limit {
+			// More matches exist: hand out a cursor into the same snapshot after the last key returned.
+			last := out[len(out)-1]
+			cont = encodeContinue(snapRV, objectKey(last.GetNamespace(), last.GetName()))
+			if sel.everything() {
+				n := int64(len(page) - j)
+				remaining = &n
+			}
+			break
+		}
+		out = append(out, obj)
+	}
+	return b.buildList(out, formatRV(snapRV), cont, remaining, true), nil
+}
+
+// buildList makes the typed list of a kind from stored objects (deep-copied when copyItems).
+func (b *kindBehavior) buildList(objs []client.Object, rv, cont string, remaining *int64, copyItems bool) runtime.Object {
+	listObj, err := Scheme().New(b.info.GVR.GroupVersion().WithKind(b.info.ListKind))
+	if err != nil {
+		panic(fmt.Sprintf("store: list kind of %s missing from scheme: %v", b.info.Kind, err))
+	}
+	listObj.GetObjectKind().SetGroupVersionKind(b.info.GVR.GroupVersion().WithKind(b.info.ListKind))
+	items := reflect.ValueOf(listObj).Elem().FieldByName("Items")
+	slice := reflect.MakeSlice(items.Type(), len(objs), len(objs))
+	deepCopyInto, _ := reflect.PointerTo(b.goType).MethodByName("DeepCopyInto")
+	for i, obj := range objs {
+		item := slice.Index(i)
+		if copyItems {
+			deepCopyInto.Func.Call([]reflect.Value{reflect.ValueOf(obj), item.Addr()})
+		} else {
+			item.Set(reflect.ValueOf(obj).Elem())
+		}
+		// Items of a list carry no apiVersion/kind, as in the real API server's responses.
+		item.FieldByName("TypeMeta").Set(reflect.Zero(item.FieldByName("TypeMeta").Type()))
+	}
+	items.Set(slice)
+	lm, _ := meta.ListAccessor(listObj)
+	lm.SetResourceVersion(rv)
+	lm.SetContinue(cont)
+	lm.SetRemainingItemCount(remaining)
+	return listObj
+}

@@ -1,0 +1,663 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// maxGenerateNameAttempts bounds retries when a generated name collides, as upstream retries.
+const maxGenerateNameAttempts = 8
+
+// maxGeneratedNameLength leaves room for the 5 random characters in a 63-character name.
+const maxGeneratedNameLength = 63 - 5
+
+// immortalNamespaces cannot be deleted, as the real NamespaceLifecycle admission enforces.
+var immortalNamespaces = map[string]bool{metav1.NamespaceDefault: true, metav1.NamespaceSystem: true, metav1.NamespacePublic: true}
+
+// Create stores a new object.
+func (c *Cluster) Create(gvr schema.GroupVersionResource, namespace string, obj runtime.Object, opts CreateOptions) (runtime.Object, error) {
+	b, err := lookup(gvr)
+	if err != nil {
+		return nil, err
+	}
+	in, err := b.typedCopy(obj)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.bindNamespace(in, namespace); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out, err := c.createLocked(b, in, opts.DryRun, opts.FieldManager)
+	if err != nil {
+		return nil, err
+	}
+	return out.DeepCopyObject(), nil
+}
+
+// bindNamespace checks the object's namespace against the request's and fills it in.
+func (b *kindBehavior) bindNamespace(obj client.Object, namespace string) error {
+	ns, err := b.requestNamespace(namespace)
+	if err != nil {
+		return err
+	}
+	if !b.info.Namespaced {
+		obj.SetNamespace("")
+		return nil
+	}
+	if obj.GetNamespace() != "" && obj.GetNamespace() != ns {
+		return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
+	}
+	obj.SetNamespace(ns)
+	return nil
+}
+
+// newObject returns an empty object of the kind with its apiVersion and kind set.
+func (b *kindBehavior) newObject() client.Object {
+	obj, _ := Scheme().New(b.info.GVK())
+	obj.GetObjectKind().SetGroupVersionKind(b.info.GVK())
+	return obj.(client.Object)
+}
+
+func invalid(b *kindBehavior, name string, errs field.ErrorList) error {
+	return apierrors.NewInvalid(b.info.GVK().GroupKind(), name, errs)
+}
+
+// createLocked validates and stores obj (a private copy the store may keep). Callers hold c.mu.
+// A non-empty manager with managedFields==nil records an Update entry for it; apply passes the
+// already managed object with applied=true through createAppliedLocked instead.
+func (c *Cluster) createLocked(b *kindBehavior, obj client.Object, dryRun bool, manager string) (client.Object, error) {
+	fm, err := fieldManagerFor(b, "")
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	obj = fm.UpdateNoErrors(b.newObject(), obj, manager).(client.Object)
+	return c.createAppliedLocked(b, obj, dryRun)
+}
+
+// truncateManagedTimes rounds managedFields times to seconds, the precision they have once
+// serialized, so a client echoing an object back does not look like a change.
+func truncateManagedTimes(obj client.Object) {
+	mf := obj.GetManagedFields()
+	for i := range mf {
+		if mf[i].Time != nil {
+			t := metav1.NewTime(mf[i].Time.Truncate(time.Second))
+			mf[i].Time = &t
+		}
+	}
+}
+
+func (c *Cluster) createAppliedLocked(b *kindBehavior, obj client.Object, dryRun bool) (client.Object, error) {
+	gr := b.info.GVR.GroupResource()
+	truncateManagedTimes(obj)
+	if obj.GetName() == "" && obj.GetGenerateName() != "" {
+		base := obj.GetGenerateName()
+		if len(base) > maxGeneratedNameLength {
+			base = base[:maxGeneratedNameLength]
+		}
+		for i := 0; i < maxGenerateNameAttempts; i++ {
+			obj.SetName(base + rand.String(5))
+			if c.getLocked(gr, objectKey(obj.GetNamespace(), obj.GetName())) == nil {
+				break
+			}
+		}
+	}
+	if errs := validation.ValidateObjectMetaAccessor(obj, b.info.Namespaced, b.nameFn, field.NewPath("metadata")); len(errs) > 0 {
+		return nil, invalid(b, obj.GetName(), errs)
+	}
+	if b.info.Namespaced {
+		if err := c.checkNamespaceOpen(obj.GetNamespace()); err != nil {
+			return nil, err
+		}
+	}
+	if c.getLocked(gr, objectKey(obj.GetNamespace(), obj.GetName())) != nil {
+		return nil, apierrors.NewAlreadyExists(gr, obj.GetName())
+	}
+
+	obj.SetUID(uuid.NewUUID())
+	obj.SetCreationTimestamp(now())
+	obj.SetResourceVersion("")
+	obj.SetDeletionTimestamp(nil)
+	obj.SetDeletionGracePeriodSeconds(nil)
+	obj.SetSelfLink("")
+	obj.SetGeneration(0)
+	if b.hasGeneration {
+		obj.SetGeneration(1)
+	}
+	if ns, ok := obj.(*corev1.Namespace); ok {
+		// What the namespace strategy does on create.
+		ns.Spec.Finalizers = []corev1.FinalizerName{corev1.FinalizerKubernetes}
+		ns.Status = corev1.NamespaceStatus{Phase: corev1.NamespaceActive}
+		if ns.Labels == nil {
+			ns.Labels = map[string]string{}
+		}
+		ns.Labels[corev1.LabelMetadataName] = ns.Name
+	}
+	if dryRun {
+		return obj, nil
+	}
+	c.putLocked(gr, obj, nil)
+	return obj, nil
+}
+
+// checkNamespaceOpen refuses content in a missing or terminating namespace.
+func (c *Cluster) checkNamespaceOpen(namespace string) error {
+	ns := c.getLocked(namespacesGVR.GroupResource(), namespace)
+	if ns == nil {
+		return apierrors.NewNotFound(namespacesGVR.GroupResource(), namespace)
+	}
+	if ns.GetDeletionTimestamp() != nil || ns.(*corev1.Namespace).Status.Phase == corev1.NamespaceTerminating {
+		err := apierrors.NewForbidden(namespacesGVR.GroupResource(), namespace,
+			fmt.Errorf("unable to create new content in namespace %s because it is being terminated", namespace))
+		err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+			Type:    corev1.NamespaceTerminatingCause,
+			Message: fmt.Sprintf("namespace %s is being terminated", namespace),
+			Field:   "metadata.namespace",
+		})
+		return err
+	}
+	return nil
+}
+
+// Update replaces an object. An empty resourceVersion is an unconditional update; a stale one is
+// a 409 Conflict. Subresource "status" changes only the status; the main resource keeps it.
+func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj runtime.Object, opts UpdateOptions) (runtime.Object, error) {
+	b, err := lookup(gvr)
+	if err != nil {
+		return nil, err
+	}
+	in, err := b.typedCopy(obj)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.bindNamespace(in, namespace); err != nil {
+		return nil, err
+	}
+	if in.GetName() == "" {
+		return nil, apierrors.NewBadRequest("name is required for update")
+	}
+	if err := b.checkSubresource(opts.Subresource); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur := c.getLocked(gvr.GroupResource(), objectKey(in.GetNamespace(), in.GetName()))
+	if cur == nil {
+		if b.allowCreateOnUpdate && opts.Subresource == "" && in.GetResourceVersion() == "" {
+			out, err := c.createLocked(b, in, opts.DryRun, opts.FieldManager)
+			if err != nil {
+				return nil, err
+			}
+			return out.DeepCopyObject(), nil
+		}
+		return nil, apierrors.NewNotFound(gvr.GroupResource(), in.GetName())
+	}
+	fm, err := fieldManagerFor(b, opts.Subresource)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	out, err := c.updateLocked(b, cur, in, opts.Subresource, opts.DryRun, func(live, next client.Object) (client.Object, error) {
+		return fm.UpdateNoErrors(live, next, opts.FieldManager).(client.Object), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.DeepCopyObject(), nil
+}
+
+func (b *kindBehavior) checkSubresource(sub string) error {
+	switch sub {
+	case "":
+		return nil
+	case "status":
+		if b.hasStatus {
+			return nil
+		}
+	}
+	return apierrors.NewNotFound(schema.GroupResource{Group: b.info.GVR.Group, Resource: b.info.GVR.Resource + "/" + sub}, "")
+}
+
+func conflict(gr schema.GroupResource, name string) error {
+	return apierrors.NewConflict(gr, name, errors.New(registryConflictMessage))
+}
+
+const registryConflictMessage = "the object has been modified; please apply your changes to the latest version and try again"
+
+// managedFieldsFunc records managed fields for a change from live to next.
+type managedFieldsFunc func(live, next client.Object) (client.Object, error)
+
+// updateLocked turns next (a private copy) into the new version of cur, applying the real API
+// server's update rules, and stores it unless nothing changed. Callers hold c.mu.
+func (c *Cluster) updateLocked(b *kindBehavior, cur, next client.Object, sub string, dryRun bool, managed managedFieldsFunc) (client.Object, error) {
+	gr := b.info.GVR.GroupResource()
+	if rv := next.GetResourceVersion(); rv != "" && rv != cur.GetResourceVersion() {
+		return nil, conflict(gr, cur.GetName())
+	}
+	next.SetResourceVersion(cur.GetResourceVersion())
+	next.GetObjectKind().SetGroupVersionKind(b.info.GVK())
+	switch sub {
+	case "":
+		if b.hasStatus {
+			copyStatus(next, cur)
+		}
+		if ns, ok := next.(*corev1.Namespace); ok {
+			// spec.finalizers only change through /finalize, which the store drives itself.
+			ns.Spec.Finalizers = cur.(*corev1.Namespace).Spec.Finalizers
+		}
+	case "status":
+		copyAllButStatus(next, cur)
+		metav1.ResetObjectMetaForStatus(next, cur)
+	}
+	if next.GetUID() == "" {
+		next.SetUID(cur.GetUID())
+	}
+	if ts := next.GetCreationTimestamp(); ts.IsZero() {
+		next.SetCreationTimestamp(cur.GetCreationTimestamp())
+	}
+	next.SetDeletionTimestamp(cur.GetDeletionTimestamp())
+	next.SetDeletionGracePeriodSeconds(cur.GetDeletionGracePeriodSeconds())
+	next.SetSelfLink("")
+	next.SetGeneration(cur.GetGeneration())
+	if b.hasGeneration && sub == "" && !specEqual(next, cur) {
+		next.SetGeneration(cur.GetGeneration() + 1)
+	}
+
+	errs := validation.ValidateObjectMetaAccessor(next, b.info.Namespaced, b.nameFn, field.NewPath("metadata"))
+	errs = append(errs, validation.ValidateObjectMetaAccessorUpdate(next, cur, field.NewPath("metadata"))...)
+	if len(errs) > 0 {
+		return nil, invalid(b, next.GetName(), errs)
+	}
+	var err error
+	if next, err = managed(cur, next); err != nil {
+		return nil, err
+	}
+	truncateManagedTimes(next)
+	next.SetResourceVersion(cur.GetResourceVersion())
+	if equality.Semantic.DeepEqual(next, cur) {
+		return cur, nil // no-op updates write nothing and send no event, like the real API server
+	}
+	if dryRun {
+		return next, nil
+	}
+	if next.GetDeletionTimestamp() != nil && len(next.GetFinalizers()) == 0 {
+		// The last finalizer of a deleting object is gone: it is removed now.
+		return c.removeLocked(b, cur, next), nil
+	}
+	c.putLocked(gr, next, cur)
+	c.afterOwnersChanged(next.GetNamespace(), cur.GetOwnerReferences(), next.GetOwnerReferences())
+	return next, nil
+}
+
+// Delete deletes an object: it is removed at once unless finalizers hold it, in which case it gets
+// a deletionTimestamp. Dependents are garbage collected per the propagation policy.
+func (c *Cluster) Delete(gvr schema.GroupVersionResource, namespace, name string, opts DeleteOptions) (runtime.Object, error) {
+	b, err := lookup(gvr)
+	if err != nil {
+		return nil, err
+	}
+	if namespace, err = b.requestNamespace(namespace); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur := c.getLocked(gvr.GroupResource(), objectKey(namespace, name))
+	if cur == nil {
+		return nil, apierrors.NewNotFound(gvr.GroupResource(), name)
+	}
+	out, err := c.deleteChecked(b, cur, opts)
+	if err != nil {
+		return nil, err
+	}
+	return out.DeepCopyObject(), nil
+}
+
+func (c *Cluster) deleteChecked(b *kindBehavior, cur client.Object, opts DeleteOptions) (client.Object, error) {
+	gr := b.info.GVR.GroupResource()
+	if p := opts.Preconditions; p != nil {
+		if p.UID != nil && *p.UID != cur.GetUID() {
+			return nil, apierrors.NewConflict(gr, cur.GetName(), fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, cur.GetUID()))
+		}
+		if p.ResourceVersion != nil && *p.ResourceVersion != cur.GetResourceVersion() {
+			return nil, apierrors.NewConflict(gr, cur.GetName(), fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p.ResourceVersion, cur.GetResourceVersion()))
+		}
+	}
+	if gr == namespacesGVR.GroupResource() && immortalNamespaces[cur.GetName()] {
+		return nil, apierrors.NewForbidden(gr, cur.GetName(), errors.New("this namespace may not be deleted"))
+	}
+	if opts.DryRun {
+		out := cur.DeepCopyObject().(client.Object)
+		if len(out.GetFinalizers()) > 0 && out.GetDeletionTimestamp() == nil {
+			t := now()
+			out.SetDeletionTimestamp(&t)
+		}
+		return out, nil
+	}
+	policy := metav1.DeletePropagationBackground
+	if opts.PropagationPolicy != nil {
+		policy = *opts.PropagationPolicy
+		switch policy {
+		case metav1.DeletePropagationBackground, metav1.DeletePropagationForeground, metav1.DeletePropagationOrphan:
+		default:
+			return nil, invalid(b, cur.GetName(), field.ErrorList{field.NotSupported(field.NewPath("propagationPolicy"), policy,
+				[]string{string(metav1.DeletePropagationForeground), string(metav1.DeletePropagationBackground), string(metav1.DeletePropagationOrphan)})})
+		}
+	}
+	return c.deleteLocked(b, cur, policy), nil
+}
+
+// deleteLocked starts or completes the deletion of cur and returns its resulting state.
+func (c *Cluster) deleteLocked(b *kindBehavior, cur client.Object, policy metav1.DeletionPropagation) client.Object {
+	if cur.GetDeletionTimestamp() != nil {
+		return cur // already being deleted: finalizers decide when it goes
+	}
+	if b.info.GVR == namespacesGVR {
+		return c.deleteNamespaceLocked(b, cur)
+	}
+	switch policy {
+	case metav1.DeletePropagationOrphan:
+		c.orphanDependents(cur)
+	case metav1.DeletePropagationForeground:
+		if len(c.deps[cur.GetUID()]) > 0 {
+			// The owner stays, marked, until its blocking dependents are gone.
+			next := markDeleting(cur)
+			next.SetFinalizers(append(next.GetFinalizers(), metav1.FinalizerDeleteDependents))
+			c.putLocked(b.info.GVR.GroupResource(), next, cur)
+			for ref := range c.deps[cur.GetUID()] {
+				if dep := c.getLocked(ref.gr, ref.key); dep != nil {
+					db, _ := behaviorForGR(ref.gr)
+					c.deleteLocked(db, dep, metav1.DeletePropagationForeground)
+				}
+			}
+			c.finishForeground(b, next.GetNamespace(), next.GetName())
+			if out := c.getLocked(b.info.GVR.GroupResource(), objectKey(next.GetNamespace(), next.GetName())); out != nil {
+				return out
+			}
+			return next
+		}
+	}
+	if len(cur.GetFinalizers()) > 0 {
+		next := markDeleting(cur)
+		c.putLocked(b.info.GVR.GroupResource(), next, cur)
+		return next
+	}
+	return c.removeLocked(b, cur, cur.DeepCopyObject().(client.Object))
+}
+
+// markDeleting returns a copy of cur with deletionTimestamp set; kinds with a generation get it
+// bumped, as upstream does for graceful deletion.
+func markDeleting(cur client.Object) client.Object {
+	next := cur.DeepCopyObject().(client.Object)
+	t := now()
+	next.SetDeletionTimestamp(&t)
+	zero := int64(0)
+	next.SetDeletionGracePeriodSeconds(&zero)
+	if next.GetGeneration() > 0 {
+		next.SetGeneration(next.GetGeneration() + 1)
+	}
+	return next
+}
+
+// removeLocked removes cur from the store (last is its final state, a private copy) and then
+// runs what the garbage collector and namespace controller would do in response.
+func (c *Cluster) removeLocked(b *kindBehavior, cur, last client.Object) client.Object {
+	gr := b.info.GVR.GroupResource()
+	c.dropLocked(gr, cur, last)
+	c.collectDependents(cur)
+	if b.info.Namespaced {
+		c.finishNamespace(cur.GetNamespace())
+	}
+	c.afterOwnersChanged(cur.GetNamespace(), cur.GetOwnerReferences(), nil)
+	return last
+}
+
+func behaviorForGR(gr schema.GroupResource) (*kindBehavior, bool) {
+	for gvr, b := range shared().behaviors {
+		if gvr.GroupResource() == gr {
+			return b, true
+		}
+	}
+	return nil, false
+}
+
+// ownerOf resolves an owner reference of an object in namespace to the stored owner, if it exists
+// with the referenced UID.
+func (c *Cluster) ownerOf(namespace string, ref metav1.OwnerReference) (*kindBehavior, client.Object) {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return nil, nil
+	}
+	info, ok := shared().byGVK[gv.WithKind(ref.Kind)]
+	if !ok {
+		return nil, nil
+	}
+	b, _ := behaviorFor(info.GVR)
+	ns := namespace
+	if !info.Namespaced {
+		ns = ""
+	}
+	obj := c.getLocked(info.GVR.GroupResource(), objectKey(ns, ref.Name))
+	if obj == nil || obj.GetUID() != ref.UID {
+		return nil, nil
+	}
+	return b, obj
+}
+
+// collectDependents deletes the dependents of a removed owner whose owners are now all gone, and
+// drops the dangling reference from dependents that still have a live owner (the GC's job).
+func (c *Cluster) collectDependents(owner client.Object) {
+	for ref := range c.deps[owner.GetUID()] {
+		dep := c.getLocked(ref.gr, ref.key)
+		if dep == nil {
+			continue
+		}
+		db, _ := behaviorForGR(ref.gr)
+		alive := false
+		for _, r := range dep.GetOwnerReferences() {
+			if r.UID == owner.GetUID() {
+				continue
+			}
+			if _, o := c.ownerOf(dep.GetNamespace(), r); o != nil {
+				alive = true
+			}
+		}
+		if alive {
+			c.dropOwnerRef(db, dep, owner.GetUID())
+			continue
+		}
+		c.deleteLocked(db, dep, metav1.DeletePropagationBackground)
+	}
+}
+
+// orphanDependents removes the owner's references from its dependents.
+func (c *Cluster) orphanDependents(owner client.Object) {
+	for ref := range c.deps[owner.GetUID()] {
+		if dep := c.getLocked(ref.gr, ref.key); dep != nil {
+			db, _ := behaviorForGR(ref.gr)
+			c.dropOwnerRef(db, dep, owner.GetUID())
+		}
+	}
+}
+
+func (c *Cluster) dropOwnerRef(b *kindBehavior, dep client.Object, uid types.UID) {
+	next := dep.DeepCopyObject().(client.Object)
+	var refs []metav1.OwnerReference
+	for _, r := range next.GetOwnerReferences() {
+		if r.UID != uid {
+			refs = append(refs, r)
+		}
+	}
+	next.SetOwnerReferences(refs)
+	c.putLocked(b.info.GVR.GroupResource(), next, dep)
+}
+
+// afterOwnersChanged lets owners in foreground deletion finish when a dependent left them.
+func (c *Cluster) afterOwnersChanged(namespace string, before, after []metav1.OwnerReference) {
+	for _, r := range before {
+		still := false
+		for _, a := range after {
+			if a.UID == r.UID && a.BlockOwnerDeletion != nil && *a.BlockOwnerDeletion {
+				still = true
+			}
+		}
+		if still {
+			continue
+		}
+		if ob, o := c.ownerOf(namespace, r); o != nil {
+			c.finishForeground(ob, o.GetNamespace(), o.GetName())
+		}
+	}
+}
+
+// finishForeground completes a foreground deletion once no dependent blocks it.
+func (c *Cluster) finishForeground(b *kindBehavior, namespace, name string) {
+	gr := b.info.GVR.GroupResource()
+	owner := c.getLocked(gr, objectKey(namespace, name))
+	if owner == nil || owner.GetDeletionTimestamp() == nil || !hasFinalizer(owner, metav1.FinalizerDeleteDependents) {
+		return
+	}
+	for ref := range c.deps[owner.GetUID()] {
+		dep := c.getLocked(ref.gr, ref.key)
+		if dep == nil {
+			continue
+		}
+		for _, r := range dep.GetOwnerReferences() {
+			if r.UID == owner.GetUID() && r.BlockOwnerDeletion != nil && *r.BlockOwnerDeletion {
+				return
+			}
+		}
+	}
+	next := owner.DeepCopyObject().(client.Object)
+	next.SetFinalizers(without(next.GetFinalizers(), metav1.FinalizerDeleteDependents))
+	if len(next.GetFinalizers()) == 0 {
+		c.removeLocked(b, owner, next)
+		return
+	}
+	c.putLocked(gr, next, owner)
+}
+
+func hasFinalizer(obj client.Object, f string) bool {
+	for _, x := range obj.GetFinalizers() {
+		if x == f {
+			return true
+		}
+	}
+	return false
+}
+
+func without(list []string, s string) []string {
+	var out []string
+	for _, x := range list {
+		if x != s {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// deleteNamespaceLocked marks the namespace Terminating, deletes its content and finishes the
+// namespace once the content is gone, as the namespace controller does.
+func (c *Cluster) deleteNamespaceLocked(b *kindBehavior, cur client.Object) client.Object {
+	next := markDeleting(cur).(*corev1.Namespace)
+	next.SetDeletionGracePeriodSeconds(nil)
+	next.Status.Phase = corev1.NamespaceTerminating
+	c.putLocked(b.info.GVR.GroupResource(), next, cur)
+	for gr, m := range c.objects {
+		db, ok := behaviorForGR(gr)
+		if !ok || !db.info.Namespaced {
+			continue
+		}
+		for _, key := range namespacedKeys(m, next.Name) {
+			if obj := c.getLocked(gr, key); obj != nil {
+				c.deleteLocked(db, obj, metav1.DeletePropagationBackground)
+			}
+		}
+	}
+	c.finishNamespace(next.Name)
+	if out := c.getLocked(b.info.GVR.GroupResource(), next.Name); out != nil {
+		return out
+	}
+	return next
+}
+
+// finishNamespace removes a terminating namespace once nothing is left in it.
+func (c *Cluster) finishNamespace(name string) {
+	gr := namespacesGVR.GroupResource()
+	obj := c.getLocked(gr, name)
+	if obj == nil || obj.GetDeletionTimestamp() == nil {
+		return
+	}
+	prefix := name + "/"
+	for _, m := range c.objects {
+		for key := range m {
+			if strings.HasPrefix(key, prefix) {
+				return
+			}
+		}
+	}
+	next := obj.DeepCopyObject().(*corev1.Namespace)
+	var fins []corev1.FinalizerName
+	for _, f := range next.Spec.Finalizers {
+		if f != corev1.FinalizerKubernetes {
+			fins = append(fins, f)
+		}
+	}
+	next.Spec.Finalizers = fins
+	b, _ := behaviorFor(namespacesGVR)
+	if len(fins) == 0 && len(next.Finalizers) == 0 {
+		c.removeLocked(b, obj, next)
+		return
+	}
+	if !equality.Semantic.DeepEqual(next, obj) {
+		c.putLocked(gr, next, obj)
+	}
+}
+
+// DeleteCollection deletes all matching objects and returns them as a list.
+func (c *Cluster) DeleteCollection(gvr schema.GroupVersionResource, namespace string, listOpts ListOptions, opts DeleteOptions) (runtime.Object, error) {
+	b, err := lookup(gvr)
+	if err != nil {
+		return nil, err
+	}
+	if !b.info.Namespaced {
+		namespace = ""
+	}
+	sel, err := b.selectors(listOpts)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.objects[gvr.GroupResource()]
+	var out []client.Object
+	for _, key := range namespacedKeys(m, namespace) {
+		cur := m[key]
+		if cur == nil || !sel.matches(b, cur) {
+			continue
+		}
+		res, err := c.deleteChecked(b, cur, opts)
+		if err != nil {
+			if apierrors.IsForbidden(err) {
+				continue // e.g. immortal namespaces
+			}
+			return nil, err
+		}
+		out = append(out, res)
+	}
+	return b.buildList(out, formatRV(c.rv), "", nil, true), nil
+}
