@@ -252,7 +252,9 @@ func (s *storeClient) DeleteAllOf(_ context.Context, obj client.Object, opts ...
 	return err
 }
 
-func (s *storeClient) Status() client.SubResourceWriter { return &subResourceClient{s: s, name: "status"} }
+func (s *storeClient) Status() client.SubResourceWriter {
+	return &subResourceClient{s: s, name: "status"}
+}
 
 func (s *storeClient) SubResource(name string) client.SubResourceClient {
 	return &subResourceClient{s: s, name: name}

@@ -28,7 +28,7 @@ type Cluster struct {
 
 	mu      sync.RWMutex
 	version string
-	rv      uint64                                  // last assigned resourceVersion
+	rv      uint64                                            // last assigned resourceVersion
 	objects map[schema.GroupResource]map[string]client.Object // per-kind maps, created lazily
 	hist    history
 	// deps indexes dependents by owner UID for garbage collection; nil until an object has owners.
