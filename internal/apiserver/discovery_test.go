@@ -117,7 +117,7 @@ func TestDiscoveryAggregatedAndLegacy(t *testing.T) {
 	// Unsupported Accept is a 406 Status.
 	code, _, body = env.do(t, http.MethodGet, "/api/v1", "", "text/html", "")
 	g.Expect(code).To(Equal(http.StatusNotAcceptable))
-	g.Expect(body).To(ContainSubstring(`"reason":"NotAcceptable"`))
+	g.Expect(body).To(ContainSubstring(`"NotAcceptable"`))
 	code, _, _ = env.do(t, http.MethodGet, "/apis/nope.io/v1", "", "", "")
 	g.Expect(code).To(Equal(http.StatusNotFound))
 }

@@ -34,8 +34,14 @@ type testEnv struct {
 
 func newTestEnv(t testing.TB, opts Options) *testEnv {
 	t.Helper()
+	return newTestEnvWith(t, opts, store.ClusterOptions{})
+}
+
+func newTestEnvWith(t testing.TB, opts Options, copts store.ClusterOptions) *testEnv {
+	t.Helper()
 	m := store.NewManager()
-	c, err := m.AddCluster("test", store.ClusterOptions{KubernetesVersion: testVersion})
+	copts.KubernetesVersion = testVersion
+	c, err := m.AddCluster("test", copts)
 	if err != nil {
 		t.Fatalf("AddCluster: %v", err)
 	}
