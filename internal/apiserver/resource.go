@@ -79,8 +79,9 @@ func (h *handler) serveResource(w http.ResponseWriter, r *http.Request, info *ap
 		return
 	}
 	// A namespaced resource's cluster-wide path only lists and watches; an item path cannot be
-	// created on.
-	if (ri.Namespaced && rq.ns == "" && rq.verb != "list" && rq.verb != "watch") || (rq.verb == "create" && rq.name != "") {
+	// created on; a collection path cannot be updated or patched.
+	if (ri.Namespaced && rq.ns == "" && rq.verb != "list" && rq.verb != "watch") ||
+		(rq.verb == "create" && rq.name != "") || ((rq.verb == "update" || rq.verb == "patch") && rq.name == "") {
 		h.writeError(w, r, apierrors.NewMethodNotSupported(rq.gr(), rq.verb))
 		return
 	}
