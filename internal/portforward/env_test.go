@@ -93,6 +93,9 @@ func newEnv(t testing.TB, opts portforward.Options) *env {
 	return e
 }
 
+// kubeConfig is a copy of the client config: KCP's dialer modifies it.
+func (e *env) kubeConfig() *rest.Config { return rest.CopyConfig(e.config) }
+
 func (e *env) addPod(ns, name string, phase corev1.PodPhase, ports map[int32]string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
