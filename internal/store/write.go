@@ -140,6 +140,7 @@ func (c *Cluster) createAppliedLocked(b *kindBehavior, obj client.Object, dryRun
 	if b.hasGeneration {
 		obj.SetGeneration(1)
 	}
+	normalize(obj)
 	if ns, ok := obj.(*corev1.Namespace); ok {
 		// What the namespace strategy does on create.
 		ns.Spec.Finalizers = []corev1.FinalizerName{corev1.FinalizerKubernetes}
@@ -154,6 +155,20 @@ func (c *Cluster) createAppliedLocked(b *kindBehavior, obj client.Object, dryRun
 	}
 	c.putLocked(gr, obj, nil)
 	return obj, nil
+}
+
+// normalize applies the conversions the real API server does on every write.
+func normalize(obj client.Object) {
+	if s, ok := obj.(*corev1.Secret); ok && len(s.StringData) > 0 {
+		// stringData is write-only: it is merged into data.
+		if s.Data == nil {
+			s.Data = map[string][]byte{}
+		}
+		for k, v := range s.StringData {
+			s.Data[k] = []byte(v)
+		}
+		s.StringData = nil
+	}
 }
 
 // checkNamespaceOpen refuses content in a missing or terminating namespace.
@@ -273,6 +288,7 @@ func (c *Cluster) updateLocked(b *kindBehavior, cur, next client.Object, sub str
 	next.SetDeletionTimestamp(cur.GetDeletionTimestamp())
 	next.SetDeletionGracePeriodSeconds(cur.GetDeletionGracePeriodSeconds())
 	next.SetSelfLink("")
+	normalize(next)
 	next.SetGeneration(cur.GetGeneration())
 	if b.hasGeneration && sub == "" && !specEqual(next, cur) {
 		next.SetGeneration(cur.GetGeneration() + 1)
