@@ -1,0 +1,391 @@
+package azure
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
+	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/azure/metadata"
+)
+
+// nicLookups bounds the concurrent network-interface requests of one List.
+const nicLookups = 8
+
+// vmCandidate is a VM whose tags say it belongs to the cluster, before its NIC is read.
+type vmCandidate struct {
+	resourceID string
+	meta       metadata.InstanceMetadata // everything but the IPs
+	primaryNIC *armcompute.NetworkInterfaceReference
+	// scaleSet and instanceID are set for uniform scale-set VMs, whose NICs live under the scale set.
+	scaleSet   string
+	instanceID string
+}
+
+// vmFields are the parts of a VM or scale-set VM that decide whether and how it is listed.
+type vmFields struct {
+	kind     string // for log messages: "VM" or "scale-set VM"
+	id, name *string
+	tags     map[string]*string
+	zones    []*string
+	network  *armcompute.NetworkProfile
+	os       *armcompute.OSProfile
+}
+
+// List returns the cluster's instances: standalone VMs (including flexible scale-set members) and
+// uniform scale-set VMs in the resource group whose UID tag carries the cluster UID. A VM that is
+// tagged for the cluster but cannot be described (no ID, no role, no NIC, no private IP, NIC
+// already deleted during scale-in) is skipped and the reason logged. ARM errors fail the call.
+// The result is sorted by name, then provider ID.
+func (c *Cloud) List(ctx context.Context) ([]metadata.InstanceMetadata, error) {
+	candidates, err := c.standaloneCandidates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	more, err := c.scaleSetCandidates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	candidates = append(candidates, more...)
+
+	// One NIC request per VM; run a few at once so large clusters list in reasonable time.
+	results := make([]*metadata.InstanceMetadata, len(candidates))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(nicLookups)
+	for i := range candidates {
+		g.Go(func() error {
+			meta, err := c.withAddresses(gctx, candidates[i])
+			results[i] = meta
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	out := make([]metadata.InstanceMetadata, 0, len(results))
+	for _, m := range results {
+		if m != nil {
+			out = append(out, *m)
+		}
+	}
+	slices.SortFunc(out, func(a, b metadata.InstanceMetadata) int {
+		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ProviderID, b.ProviderID))
+	})
+	return out, nil
+}
+
+// standaloneCandidates lists the resource group's VMs (all pages).
+func (c *Cloud) standaloneCandidates(ctx context.Context) ([]vmCandidate, error) {
+	var out []vmCandidate
+	pager := c.vms.NewListPager(c.resourceGroup, nil)
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("azure: listing VMs in resource group %s: %w", c.resourceGroup, err)
+		}
+		for _, vm := range page.Value {
+			if vm == nil {
+				continue
+			}
+			f := vmFields{kind: "VM", id: vm.ID, name: vm.Name, tags: vm.Tags, zones: vm.Zones}
+			if vm.Properties != nil {
+				f.network, f.os = vm.Properties.NetworkProfile, vm.Properties.OSProfile
+			}
+			if cand, ok := c.candidate(f); ok {
+				if cand.primaryNIC == nil {
+					c.skip(f, "it has no network interface")
+					continue
+				}
+				out = append(out, cand)
+			}
+		}
+	}
+	return out, nil
+}
+
+// scaleSetCandidates lists the VMs of the resource group's uniform scale sets (all pages).
+// Flexible scale sets are left out: their members are ordinary VMs and already listed.
+func (c *Cloud) scaleSetCandidates(ctx context.Context) ([]vmCandidate, error) {
+	var out []vmCandidate
+	pager := c.scaleSets.NewListPager(c.resourceGroup, nil)
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("azure: listing scale sets in resource group %s: %w", c.resourceGroup, err)
+		}
+		for _, ss := range page.Value {
+			if ss == nil {
+				continue
+			}
+			if ss.Properties != nil && ss.Properties.OrchestrationMode != nil &&
+				*ss.Properties.OrchestrationMode == armcompute.OrchestrationModeFlexible {
+				continue
+			}
+			if ss.Name == nil || *ss.Name == "" {
+				c.log.Warn("skipping a scale set without a name", "id", deref(ss.ID))
+				continue
+			}
+			vms, err := c.scaleSetVMCandidates(ctx, *ss.Name, ss.Tags)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, vms...)
+		}
+	}
+	return out, nil
+}
+
+// scaleSetVMCandidates lists one uniform scale set's VMs. A VM's own tags override the scale set's,
+// so a role can be set on the scale set once.
+func (c *Cloud) scaleSetVMCandidates(ctx context.Context, scaleSet string, scaleSetTags map[string]*string) ([]vmCandidate, error) {
+	var out []vmCandidate
+	pager := c.scaleSetVMs.NewListPager(c.resourceGroup, scaleSet, nil)
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("azure: listing VMs of scale set %s: %w", scaleSet, err)
+		}
+		for _, vm := range page.Value {
+			if vm == nil {
+				continue
+			}
+			tags := maps.Clone(scaleSetTags)
+			if tags == nil && vm.Tags != nil {
+				tags = map[string]*string{}
+			}
+			for k, v := range vm.Tags {
+				// Drop a differently-cased duplicate of the key first: tag names are case-insensitive.
+				maps.DeleteFunc(tags, func(old string, _ *string) bool { return strings.EqualFold(old, k) })
+				tags[k] = v
+			}
+			f := vmFields{kind: "scale-set VM", id: vm.ID, name: vm.Name, tags: tags, zones: vm.Zones}
+			if vm.Properties != nil {
+				f.network, f.os = vm.Properties.NetworkProfile, vm.Properties.OSProfile
+			}
+			cand, ok := c.candidate(f)
+			if !ok {
+				continue
+			}
+			if vm.InstanceID == nil || *vm.InstanceID == "" {
+				c.skip(f, "it has no instance ID")
+				continue
+			}
+			cand.scaleSet, cand.instanceID = scaleSet, *vm.InstanceID
+			out = append(out, cand)
+		}
+	}
+	return out, nil
+}
+
+// candidate decides whether a VM belongs to the cluster and describes it. VMs of other clusters
+// (or untagged ones) are skipped at debug level; tagged ones that are unusable at warning level.
+func (c *Cloud) candidate(f vmFields) (vmCandidate, bool) {
+	uid, ok := tagValue(f.tags, c.tags.UID)
+	if !ok || uid != c.uid {
+		c.log.Debug("skipping "+f.kind+" of another cluster", "id", deref(f.id), "name", deref(f.name))
+		return vmCandidate{}, false
+	}
+	if f.id == nil || *f.id == "" {
+		c.skip(f, "it has no resource ID")
+		return vmCandidate{}, false
+	}
+	providerID, err := ProviderIDFromResourceID(*f.id)
+	if err != nil {
+		c.skip(f, err.Error())
+		return vmCandidate{}, false
+	}
+	roleTag, ok := tagValue(f.tags, c.tags.Role)
+	if !ok {
+		c.skip(f, fmt.Sprintf("it has no %q tag", c.tags.Role))
+		return vmCandidate{}, false
+	}
+	role, err := metadata.ParseRole(roleTag)
+	if err != nil {
+		c.skip(f, fmt.Sprintf("tag %q: %v", c.tags.Role, err))
+		return vmCandidate{}, false
+	}
+	name := ""
+	if f.os != nil && f.os.ComputerName != nil {
+		name = *f.os.ComputerName
+	}
+	if name == "" {
+		name = deref(f.name)
+	}
+	if name == "" {
+		c.skip(f, "it has neither a computer name nor a resource name")
+		return vmCandidate{}, false
+	}
+	zone := ""
+	if len(f.zones) > 0 && f.zones[0] != nil {
+		zone = *f.zones[0]
+	}
+	return vmCandidate{
+		resourceID: *f.id,
+		meta:       metadata.InstanceMetadata{Name: strings.ToLower(name), ProviderID: providerID, Role: role, Zone: zone},
+		primaryNIC: primaryNICRef(f.network),
+	}, true
+}
+
+func (c *Cloud) skip(f vmFields, reason string) {
+	c.log.Warn("skipping "+f.kind+" tagged for the cluster: "+reason, "id", deref(f.id), "name", deref(f.name))
+}
+
+// primaryNICRef picks the NIC marked primary, or the first one (Azure makes the first NIC primary
+// when a VM has one NIC or none is marked).
+func primaryNICRef(np *armcompute.NetworkProfile) *armcompute.NetworkInterfaceReference {
+	if np == nil {
+		return nil
+	}
+	var first *armcompute.NetworkInterfaceReference
+	for _, ref := range np.NetworkInterfaces {
+		if ref == nil || ref.ID == nil || *ref.ID == "" {
+			continue
+		}
+		if ref.Properties != nil && ref.Properties.Primary != nil && *ref.Properties.Primary {
+			return ref
+		}
+		if first == nil {
+			first = ref
+		}
+	}
+	return first
+}
+
+// withAddresses reads the candidate's primary NIC and fills in its IPs. It returns nil (and logs)
+// when the VM must be skipped.
+func (c *Cloud) withAddresses(ctx context.Context, cand vmCandidate) (*metadata.InstanceMetadata, error) {
+	nic, err := c.primaryInterface(ctx, cand)
+	if isNotFound(err) {
+		// The VM is being deleted (scale-in) and its NIC is already gone.
+		c.log.Info("skipping VM whose network interface is gone (being deleted?)", "id", cand.resourceID, "error", err)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("azure: reading the network interface of %s: %w", cand.resourceID, err)
+	}
+	if nic == nil {
+		c.log.Warn("skipping VM without a network interface", "id", cand.resourceID)
+		return nil, nil
+	}
+	primary, others := splitIPConfigurations(nic)
+	if primary == "" {
+		c.log.Warn("skipping VM whose primary network interface has no primary private IP", "id", cand.resourceID, "nic", deref(nic.ID))
+		return nil, nil
+	}
+	meta := cand.meta
+	meta.VPCIP = primary
+	meta.AliasIPRanges = hostPrefixes(others)
+	return &meta, nil
+}
+
+// primaryInterface fetches the candidate's primary NIC. Standalone VMs' NICs are top-level
+// resources (possibly in another resource group); uniform scale-set VMs' NICs live under the
+// scale set and are read through the scale-set NIC API.
+func (c *Cloud) primaryInterface(ctx context.Context, cand vmCandidate) (*armnetwork.Interface, error) {
+	if cand.scaleSet == "" {
+		id, err := arm.ParseResourceID(*cand.primaryNIC.ID)
+		if err != nil {
+			return nil, fmt.Errorf("bad network interface ID %q: %w", *cand.primaryNIC.ID, err)
+		}
+		resp, err := c.interfaces.Get(ctx, id.ResourceGroupName, id.Name, nil)
+		if err != nil {
+			return nil, err
+		}
+		return &resp.Interface, nil
+	}
+	if cand.primaryNIC != nil {
+		id, err := arm.ParseResourceID(*cand.primaryNIC.ID)
+		if err != nil {
+			return nil, fmt.Errorf("bad network interface ID %q: %w", *cand.primaryNIC.ID, err)
+		}
+		resp, err := c.interfaces.GetVirtualMachineScaleSetNetworkInterface(ctx, c.resourceGroup, cand.scaleSet, cand.instanceID, id.Name, nil)
+		if err != nil {
+			return nil, err
+		}
+		return &resp.Interface, nil
+	}
+	// The scale-set VM did not name its NICs: list them and take the primary one.
+	var nics []*armnetwork.Interface
+	pager := c.interfaces.NewListVirtualMachineScaleSetVMNetworkInterfacesPager(c.resourceGroup, cand.scaleSet, cand.instanceID, nil)
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, nic := range page.Value {
+			if nic != nil {
+				nics = append(nics, nic)
+			}
+		}
+	}
+	for _, nic := range nics {
+		if nic.Properties != nil && nic.Properties.Primary != nil && *nic.Properties.Primary {
+			return nic, nil
+		}
+	}
+	if len(nics) > 0 {
+		return nics[0], nil
+	}
+	return nil, nil
+}
+
+// splitIPConfigurations returns the private IP of the NIC's primary IP configuration (or of its
+// only one) and the private IPs of the others.
+func splitIPConfigurations(nic *armnetwork.Interface) (primary string, others []string) {
+	if nic.Properties == nil {
+		return "", nil
+	}
+	configs := slices.DeleteFunc(slices.Clone(nic.Properties.IPConfigurations), func(ic *armnetwork.InterfaceIPConfiguration) bool {
+		return ic == nil || ic.Properties == nil
+	})
+	primaryIdx := -1
+	for i, ic := range configs {
+		if ic.Properties.Primary != nil && *ic.Properties.Primary {
+			primaryIdx = i
+			break
+		}
+	}
+	if primaryIdx < 0 && len(configs) == 1 {
+		primaryIdx = 0
+	}
+	for i, ic := range configs {
+		ip := deref(ic.Properties.PrivateIPAddress)
+		switch {
+		case i == primaryIdx:
+			primary = ip
+		case ip != "":
+			others = append(others, ip)
+		}
+	}
+	return primary, others
+}
+
+// hostPrefixes turns addresses into single-address prefixes ("10.0.0.5/32", "fd00::5/128"),
+// dropping anything that is not an IP.
+func hostPrefixes(ips []string) []string {
+	var out []string
+	for _, s := range ips {
+		addr, err := netip.ParseAddr(s)
+		if err != nil {
+			continue
+		}
+		out = append(out, netip.PrefixFrom(addr, addr.BitLen()).String())
+	}
+	return out
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
