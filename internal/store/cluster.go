@@ -188,7 +188,7 @@ func (c *Cluster) Get(gvr schema.GroupVersionResource, namespace, name string) (
 
 // emit records a change in the history and wakes the watchers of its kind. Callers hold c.mu.
 func (c *Cluster) emit(typ watch.EventType, gr schema.GroupResource, key string, obj, old client.Object, rv uint64) {
-	c.hist.add(&event{typ: typ, rv: rv, gr: gr, key: key, obj: obj, old: old})
+	c.hist.add(&event{typ: typ, rv: rv, at: time.Now().UnixNano(), gr: gr, key: key, obj: obj, old: old})
 	for w := range c.watchers {
 		if w.gr == gr {
 			w.wake()

@@ -2,60 +2,98 @@ package store
 
 import (
 	"sort"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// historyTTL bounds how long events are kept (the real API server compacts etcd every 5
+// minutes); older events are dropped on the next write, so a busy cluster does not pin old
+// object versions.
+var historyTTL = 5 * time.Minute
+
 // event is one change of one object. Events and the objects they point at are immutable once
 // recorded, so watchers and snapshot readers use them without holding the cluster lock.
 type event struct {
 	typ watch.EventType // Added, Modified or Deleted
 	rv  uint64
+	at  int64 // unix nanoseconds when recorded
 	gr  schema.GroupResource
 	key string
 	obj client.Object // state after the change; for Deleted the last state stamped with the deletion RV
 	old client.Object // state before the change; nil for Added
 }
 
-// history is the cluster's bounded event log: a ring that grows lazily up to limit entries, so an
-// idle cluster only pays for the few events it has seen. It serves watch resume, paginated
-// snapshots and watch delivery.
+// history is the cluster's bounded event log: a ring that grows lazily up to limit entries and
+// drops events older than historyTTL, so an idle cluster only pays for the few events it has
+// seen. It serves watch resume, watch delivery and paginated snapshots.
 type history struct {
-	buf     []*event
-	start   int    // index of the oldest event once the ring is full
-	limit   int    // maximum retained events
-	evicted uint64 // RV of the newest event dropped from the ring (0: none dropped)
+	buf   []*event
+	head  int // index of the oldest event
+	n     int // number of retained events
+	limit int
+	// evicted records, per kind, the RV of the newest dropped event: reading that kind's changes
+	// after an older RV is no longer possible. Nil until something is dropped.
+	evicted map[schema.GroupResource]uint64
 }
-
-func (h *history) len() int { return len(h.buf) }
 
 // at returns the i-th oldest retained event.
-func (h *history) at(i int) *event { return h.buf[(h.start+i)%len(h.buf)] }
+func (h *history) at(i int) *event { return h.buf[(h.head+i)%len(h.buf)] }
 
 func (h *history) add(e *event) {
-	if len(h.buf) < h.limit {
-		h.buf = append(h.buf, e)
-		return
+	for h.n > 0 && e.at-h.at(0).at > int64(historyTTL) {
+		h.dropOldest()
 	}
-	h.evicted = h.buf[h.start].rv
-	h.buf[h.start] = e
-	h.start = (h.start + 1) % len(h.buf)
+	if h.n == len(h.buf) {
+		if len(h.buf) < h.limit {
+			h.grow()
+		} else {
+			h.dropOldest()
+		}
+	}
+	h.buf[(h.head+h.n)%len(h.buf)] = e
+	h.n++
 }
 
-// covers reports whether every event after rv is still retained.
-func (h *history) covers(rv uint64) bool { return rv >= h.evicted }
+func (h *history) grow() {
+	size := 2 * len(h.buf)
+	if size < 4 {
+		size = 4
+	}
+	if size > h.limit {
+		size = h.limit
+	}
+	buf := make([]*event, size)
+	for i := 0; i < h.n; i++ {
+		buf[i] = h.at(i)
+	}
+	h.buf, h.head = buf, 0
+}
 
-// since returns up to max retained events with RV > rv (max <= 0: all), and false when some of
-// them were already dropped.
-func (h *history) since(rv uint64, max int) ([]*event, bool) {
-	if !h.covers(rv) {
+func (h *history) dropOldest() {
+	e := h.at(0)
+	if h.evicted == nil {
+		h.evicted = map[schema.GroupResource]uint64{}
+	}
+	h.evicted[e.gr] = e.rv
+	h.buf[h.head] = nil // let the old object versions go
+	h.head = (h.head + 1) % len(h.buf)
+	h.n--
+}
+
+// covers reports whether every change of the kind after rv is still retained.
+func (h *history) covers(gr schema.GroupResource, rv uint64) bool { return rv >= h.evicted[gr] }
+
+// since returns up to max retained events (of all kinds) with RV > rv (max <= 0: all), and false
+// when a change of kind gr after rv was already dropped.
+func (h *history) since(gr schema.GroupResource, rv uint64, max int) ([]*event, bool) {
+	if !h.covers(gr, rv) {
 		return nil, false
 	}
-	n := h.len()
-	i := sort.Search(n, func(i int) bool { return h.at(i).rv > rv })
-	count := n - i
+	i := sort.Search(h.n, func(i int) bool { return h.at(i).rv > rv })
+	count := h.n - i
 	if max > 0 && count > max {
 		count = max
 	}

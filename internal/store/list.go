@@ -134,7 +134,7 @@ func (c *Cluster) snapshotLocked(gr schema.GroupResource, namespace string, rv u
 	if rv == 0 || rv == c.rv {
 		return namespacedKeys(cur, namespace), cur, nil
 	}
-	evs, ok := c.hist.since(rv, 0)
+	evs, ok := c.hist.since(gr, rv, 0)
 	if !ok {
 		return nil, nil, errExpired
 	}
@@ -230,7 +230,7 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 			page[j] = objs[k]
 		}
 	}
-	oldest := c.hist.evicted
+	oldest := c.hist.evicted[gvr.GroupResource()]
 	c.mu.RUnlock()
 	if err != nil {
 		if opts.Continue != "" {

@@ -112,6 +112,7 @@ type registry struct {
 	byGVR     map[schema.GroupVersionResource]*ResourceInfo
 	byGVK     map[schema.GroupVersionKind]*ResourceInfo
 	behaviors map[schema.GroupVersionResource]*kindBehavior
+	byGR      map[schema.GroupResource]*kindBehavior
 }
 
 var (
@@ -138,6 +139,7 @@ func shared() *registry {
 			byGVR:     map[schema.GroupVersionResource]*ResourceInfo{},
 			byGVK:     map[schema.GroupVersionKind]*ResourceInfo{},
 			behaviors: map[schema.GroupVersionResource]*kindBehavior{},
+			byGR:      map[schema.GroupResource]*kindBehavior{},
 		}
 		var gvs []schema.GroupVersion
 		seen := map[schema.GroupVersion]bool{}
@@ -183,6 +185,7 @@ func shared() *registry {
 			r.byGVR[info.GVR] = info
 			r.byGVK[info.GVK()] = info
 			r.behaviors[info.GVR] = newBehavior(*info, s)
+			r.byGR[info.GVR.GroupResource()] = r.behaviors[info.GVR]
 		}
 		r.mapper = m
 		reg = r

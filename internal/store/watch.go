@@ -110,8 +110,8 @@ func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts 
 	if withInitial || rv == 0 {
 		w.cursor = c.rv
 	} else {
-		if !c.hist.covers(rv) {
-			return nil, tooOldRV(rv, c.hist.evicted)
+		if !c.hist.covers(w.gr, rv) {
+			return nil, tooOldRV(rv, c.hist.evicted[w.gr])
 		}
 		w.cursor = rv
 	}
@@ -175,7 +175,7 @@ func (w *watcher) run() {
 	for {
 		w.c.mu.RLock()
 		closed := w.c.closed
-		evs, ok := w.c.hist.since(w.cursor, watchBatch)
+		evs, ok := w.c.hist.since(w.gr, w.cursor, watchBatch)
 		w.c.mu.RUnlock()
 		if closed || !ok {
 			return // cluster gone, or this watcher fell behind the history: end the watch

@@ -259,3 +259,31 @@ func TestDeleteClusterEndsWatches(t *testing.T) {
 	_, err = c.Watch(podsGVR, "", ListOptions{})
 	NewWithT(t).Expect(apierrors.IsServiceUnavailable(err)).To(BeTrue())
 }
+
+func TestWatcherSurvivesChurnOfOtherKinds(t *testing.T) {
+	c := newTestCluster(t, ClusterOptions{EventHistory: 8})
+	rv := currentRV(t, c)
+	w := startWatch(t, c, podsGVR, "", ListOptions{ResourceVersion: rv})
+	// Far more config map changes than the history holds: none of them concern the pod watcher.
+	for i := 0; i < 50; i++ {
+		mustCreate(t, c, configMap("default", fmt.Sprintf("cm-%d", i), nil))
+	}
+	mustCreate(t, c, pod("default", "p", nil))
+	expectEvents(t, w, eventSummary{watch.Added, "p"})
+	// Resuming pods from before the churn is still possible too.
+	w2 := startWatch(t, c, podsGVR, "", ListOptions{ResourceVersion: rv})
+	expectEvents(t, w2, eventSummary{watch.Added, "p"})
+}
+
+func TestHistoryExpiresByAge(t *testing.T) {
+	g := NewWithT(t)
+	old := historyTTL
+	historyTTL = time.Nanosecond
+	t.Cleanup(func() { historyTTL = old })
+	c := newTestCluster(t)
+	rv := currentRV(t, c)
+	mustCreate(t, c, configMap("default", "a", nil))
+	mustCreate(t, c, configMap("default", "b", nil)) // drops the now too old event of "a"
+	_, err := c.Watch(configMapsGVR, "", ListOptions{ResourceVersion: rv})
+	g.Expect(apierrors.IsResourceExpired(err)).To(BeTrue(), "got %v", err)
+}

@@ -443,12 +443,8 @@ func (c *Cluster) removeLocked(b *kindBehavior, cur, last client.Object) client.
 }
 
 func behaviorForGR(gr schema.GroupResource) (*kindBehavior, bool) {
-	for gvr, b := range shared().behaviors {
-		if gvr.GroupResource() == gr {
-			return b, true
-		}
-	}
-	return nil, false
+	b, ok := shared().byGR[gr]
+	return b, ok
 }
 
 // ownerOf resolves an owner reference of an object in namespace to the stored owner, if it exists
