@@ -3,14 +3,18 @@
 package etcdtest
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -22,6 +26,7 @@ import (
 
 // PKI is a throwaway etcd CA with one serving and one client certificate.
 type PKI struct {
+	caDER  []byte
 	CAPool *x509.CertPool
 	Server tls.Certificate
 	Client tls.Certificate
@@ -71,6 +76,7 @@ func NewPKI(tb testing.TB, dnsNames ...string) *PKI {
 		return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 	}
 	return &PKI{
+		caDER:  caDER,
 		CAPool: pool,
 		Server: leaf(2, "etcd", x509.ExtKeyUsageServerAuth, append([]string{"localhost"}, dnsNames...), []net.IP{net.IPv4(127, 0, 0, 1)}),
 		Client: leaf(3, "kube-etcd-healthcheck-client", x509.ExtKeyUsageClientAuth, nil, nil),
@@ -106,15 +112,51 @@ func (p *PKI) ClientTLS() *tls.Config {
 	}
 }
 
+// WriteClientFiles writes the CA and the client certificate and key as PEM
+// files into dir, for etcdctl's --cacert, --cert and --key.
+func (p *PKI) WriteClientFiles(tb testing.TB, dir string) (ca, cert, key string) {
+	tb.Helper()
+	keyDER, err := x509.MarshalPKCS8PrivateKey(p.Client.PrivateKey)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	files := map[string][]byte{
+		"ca.crt":     pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.caDER}),
+		"client.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.Client.Certificate[0]}),
+		"client.key": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, "ca.crt"), filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key")
+}
+
+// ServeMember serves s on a 127.0.0.1 port of its own whose every call is
+// answered by the member in pod podName, whatever the TLS server name: how the
+// mux routes a connection that arrived through a port-forward to that pod.
+func ServeMember(tb testing.TB, s *etcd.Server, p *PKI, podName string) string {
+	tb.Helper()
+	return serve(tb, s, grpc.Creds(credentials.NewTLS(p.ServerTLS())),
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			return h(etcd.ContextWithMember(ctx, podName), req)
+		}))
+}
+
 // Serve serves s with grpc's own TLS on a 127.0.0.1 port until the test ends
 // and returns the address. The answering member is the TLS server name.
 func Serve(tb testing.TB, s *etcd.Server, p *PKI) string {
 	tb.Helper()
+	return serve(tb, s, grpc.Creds(credentials.NewTLS(p.ServerTLS())))
+}
+
+func serve(tb testing.TB, s *etcd.Server, opts ...grpc.ServerOption) string {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(p.ServerTLS())))
+	g := grpc.NewServer(opts...)
 	s.Register(g)
 	done := make(chan struct{})
 	go func() {
