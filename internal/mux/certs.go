@@ -1,0 +1,84 @@
+package mux
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"time"
+
+	"sigs.k8s.io/cluster-api/util/certs"
+)
+
+// renewBefore is how long before expiry a serving certificate is replaced.
+const renewBefore = 30 * 24 * time.Hour
+
+// newLeaf issues a certificate signed by ca. Leaf keys are ECDSA P-256: RSA key generation costs
+// tens of milliseconds per key, which adds up to minutes when thousands of clusters start.
+func newLeaf(ca *x509.Certificate, caKey crypto.Signer, cfg certs.Config) (*tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generating key: %w", err)
+	}
+	cert, err := cfg.NewSignedCert(key, ca, caKey)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}, nil
+}
+
+// newAPIServerCert issues the API server's serving certificate (CN kube-apiserver).
+func newAPIServerCert(ca *x509.Certificate, caKey crypto.Signer, advertisedHost string) (*tls.Certificate, error) {
+	alt := certs.AltNames{
+		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		IPs:      []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback},
+	}
+	if ip := net.ParseIP(advertisedHost); ip != nil {
+		if !ip.IsLoopback() {
+			alt.IPs = append(alt.IPs, ip)
+		}
+	} else if advertisedHost != "" && advertisedHost != "localhost" {
+		alt.DNSNames = append(alt.DNSNames, advertisedHost)
+	}
+	return newLeaf(ca, caKey, certs.Config{
+		CommonName: "kube-apiserver",
+		AltNames:   alt,
+		Usages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+}
+
+// newEtcdServingCert issues an etcd member's serving certificate: CN and SAN are the pod name, the
+// SNI clients use through port-forward.
+func newEtcdServingCert(ca *x509.Certificate, caKey crypto.Signer, podName string) (*tls.Certificate, error) {
+	return newLeaf(ca, caKey, certs.Config{
+		CommonName: podName,
+		AltNames: certs.AltNames{
+			DNSNames: []string{podName, "localhost"},
+			IPs:      []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback},
+		},
+		Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	})
+}
+
+// newAdminClientCert issues a client certificate in system:masters, used by RESTConfig.
+func newAdminClientCert(ca *x509.Certificate, caKey crypto.Signer) (*tls.Certificate, error) {
+	return newLeaf(ca, caKey, certs.Config{
+		CommonName:   "goofy-admin",
+		Organization: []string{"system:masters"},
+		Usages:       []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+}
+
+// needsRenewal reports whether cert is missing or expires soon.
+func needsRenewal(cert *tls.Certificate, now time.Time) bool {
+	return cert == nil || cert.Leaf == nil || now.Add(renewBefore).After(cert.Leaf.NotAfter)
+}
+
+// sameCA reports whether two CA certificates are the same certificate.
+func sameCA(a, b *x509.Certificate) bool {
+	return a != nil && b != nil && a.Equal(b)
+}

@@ -1,0 +1,405 @@
+package mux
+
+import (
+	"context"
+	"crypto"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/apiserver"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/etcd"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/portforward"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
+)
+
+// Well-known ports of the simulated control-plane pods, reachable through port-forward.
+const (
+	EtcdClientPort    = 2379
+	APIServerBindPort = 6443
+)
+
+// WorkloadClusterListener is one workload cluster's TLS endpoint.
+type WorkloadClusterListener struct {
+	mux     *WorkloadClustersMux
+	name    string
+	port    int
+	cluster *store.Cluster
+
+	mu          sync.Mutex
+	ca          *x509.Certificate
+	caKey       crypto.Signer
+	caPool      *x509.CertPool
+	servingCert *tls.Certificate
+	adminCert   *tls.Certificate
+	etcdCA      *x509.Certificate
+	etcdCAKey   crypto.Signer
+	etcdPool    *x509.CertPool
+	apiServers  map[string]struct{}
+	etcdCerts   map[string]*tls.Certificate // by etcd pod name (the SNI)
+	etcd        *etcd.Server
+
+	// Serving state: set while at least one API server is registered.
+	srv         *http.Server
+	grpcSrv     *grpc.Server
+	portForward *portforward.Handler
+	serveDone   chan struct{}
+}
+
+func newListener(m *WorkloadClustersMux, name string, port int, cluster *store.Cluster) *WorkloadClusterListener {
+	return &WorkloadClusterListener{
+		mux:        m,
+		name:       name,
+		port:       port,
+		cluster:    cluster,
+		apiServers: map[string]struct{}{},
+		etcdCerts:  map[string]*tls.Certificate{},
+	}
+}
+
+// Host is the advertised host.
+func (l *WorkloadClusterListener) Host() string { return l.mux.host }
+
+// Port is the listener's port.
+func (l *WorkloadClusterListener) Port() int { return l.port }
+
+// HostPort is host:port, as used in the cluster's endpoint.
+func (l *WorkloadClusterListener) HostPort() string {
+	return net.JoinHostPort(l.mux.host, strconv.Itoa(l.port))
+}
+
+// Address is the https URL of the workload cluster's API server.
+func (l *WorkloadClusterListener) Address() string { return "https://" + l.HostPort() }
+
+// Store is the workload cluster's object store.
+func (l *WorkloadClusterListener) Store() *store.Cluster { return l.cluster }
+
+// GetClient returns a controller-runtime client straight on the workload cluster's store: the
+// reconcilers write Nodes and Pods through it without a TLS round trip.
+func (l *WorkloadClusterListener) GetClient() (client.Client, error) { return l.cluster.Client(), nil }
+
+// RESTConfig returns a client configuration for the listener with an admin (system:masters) client
+// certificate signed by the cluster CA. It needs the CA, so it fails before the first AddAPIServer.
+func (l *WorkloadClusterListener) RESTConfig() (*rest.Config, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ca == nil {
+		return nil, fmt.Errorf("workload cluster %s has no API server yet", l.name)
+	}
+	if needsRenewal(l.adminCert, time.Now()) {
+		cert, err := newAdminClientCert(l.ca, l.caKey)
+		if err != nil {
+			return nil, err
+		}
+		l.adminCert = cert
+	}
+	keyPEM, err := pemKey(l.adminCert.PrivateKey)
+	if err != nil {
+		return nil, err
+	}
+	return &rest.Config{
+		Host: l.Address(),
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData:   pemCert(l.ca),
+			CertData: pemCert(l.adminCert.Leaf),
+			KeyData:  keyPEM,
+		},
+		QPS:   -1, // a simulated server needs no client-side throttling
+		Burst: -1,
+	}, nil
+}
+
+func (l *WorkloadClusterListener) info() ListenerInfo {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	info := ListenerInfo{Cluster: l.name, Address: l.Address(), Serving: l.srv != nil}
+	for p := range l.apiServers {
+		info.APIServers = append(info.APIServers, p)
+	}
+	for p := range l.etcdCerts {
+		info.EtcdMembers = append(info.EtcdMembers, p)
+	}
+	sort.Strings(info.APIServers)
+	sort.Strings(info.EtcdMembers)
+	return info
+}
+
+func (l *WorkloadClusterListener) addAPIServer(podName string, ca *x509.Certificate, caKey crypto.Signer) error {
+	if ca == nil || caKey == nil {
+		return errors.New("AddAPIServer needs the cluster CA certificate and key")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ca != nil && !sameCA(l.ca, ca) {
+		// The CA was rotated (or the cluster re-created): trust the new one, re-issue certificates.
+		l.servingCert, l.adminCert = nil, nil
+	}
+	l.ca, l.caKey = ca, caKey
+	l.caPool = x509.NewCertPool()
+	l.caPool.AddCert(ca)
+	if needsRenewal(l.servingCert, time.Now()) {
+		cert, err := newAPIServerCert(ca, caKey, l.mux.host)
+		if err != nil {
+			return fmt.Errorf("issuing the API server certificate of %s: %w", l.name, err)
+		}
+		l.servingCert = cert
+	}
+	l.apiServers[podName] = struct{}{}
+	if l.srv == nil {
+		if err := l.startLocked(); err != nil {
+			delete(l.apiServers, podName)
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *WorkloadClusterListener) deleteAPIServer(podName string) {
+	l.mu.Lock()
+	delete(l.apiServers, podName)
+	last := len(l.apiServers) == 0
+	l.mu.Unlock()
+	if last {
+		l.stop(context.Background())
+	}
+}
+
+func (l *WorkloadClusterListener) hasAPIServer(podName string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.apiServers[podName]
+	return ok
+}
+
+func (l *WorkloadClusterListener) addEtcdMember(podName string, ca *x509.Certificate, caKey crypto.Signer) error {
+	if ca == nil || caKey == nil {
+		return errors.New("AddEtcdMember needs the etcd CA certificate and key")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.etcdCA != nil && !sameCA(l.etcdCA, ca) {
+		l.etcdCerts = map[string]*tls.Certificate{}
+	}
+	l.etcdCA, l.etcdCAKey = ca, caKey
+	l.etcdPool = x509.NewCertPool()
+	l.etcdPool.AddCert(ca)
+	if l.etcd == nil {
+		srv, err := etcd.NewServer(context.Background(), l.cluster.Client(), l.name)
+		if err != nil {
+			return fmt.Errorf("starting the etcd of %s: %w", l.name, err)
+		}
+		l.etcd = srv
+	}
+	if needsRenewal(l.etcdCerts[podName], time.Now()) {
+		cert, err := newEtcdServingCert(ca, caKey, podName)
+		if err != nil {
+			return fmt.Errorf("issuing the etcd certificate of %s: %w", podName, err)
+		}
+		l.etcdCerts[podName] = cert
+	}
+	if _, err := l.etcd.AddMember(context.Background(), podName); err != nil {
+		return fmt.Errorf("adding etcd member %s: %w", podName, err)
+	}
+	return nil
+}
+
+func (l *WorkloadClusterListener) deleteEtcdMember(podName string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.etcdCerts, podName)
+	if l.etcd == nil {
+		return nil
+	}
+	return l.etcd.RemoveMember(context.Background(), podName)
+}
+
+func (l *WorkloadClusterListener) hasEtcdMember(podName string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.etcdCerts[podName]
+	return ok && l.etcd != nil && l.etcd.HasMember(podName)
+}
+
+// startLocked binds the port and serves. l.mu is held.
+func (l *WorkloadClusterListener) startLocked() error {
+	ln, err := net.Listen("tcp", net.JoinHostPort(l.mux.bindAddress, strconv.Itoa(l.port)))
+	if err != nil {
+		return fmt.Errorf("listening on port %d for %s: %w", l.port, l.name, err)
+	}
+	pf, err := portforward.NewHandler(portforward.Options{
+		FindPod: l.findPod,
+		Lookup:  l.lookupPodPort,
+		Dial:    l.dialSelf,
+	})
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	l.portForward = pf
+	l.grpcSrv = grpc.NewServer()
+	if l.etcd == nil {
+		srv, err := etcd.NewServer(context.Background(), l.cluster.Client(), l.name)
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("starting the etcd of %s: %w", l.name, err)
+		}
+		l.etcd = srv
+	}
+	l.etcd.Register(l.grpcSrv)
+	api := apiserver.NewHandler(l.cluster, apiserver.Options{PortForward: pf, Logger: l.mux.log.WithName("apiserver")})
+	l.srv = &http.Server{
+		Handler:           l.routes(api),
+		ReadHeaderTimeout: 30 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		TLSConfig:         &tls.Config{GetConfigForClient: l.tlsConfigFor},
+		ErrorLog:          discardLog,
+	}
+	done := make(chan struct{})
+	l.serveDone = done
+	srv := l.srv
+	go func() {
+		defer close(done)
+		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			l.mux.log.Error(err, "Workload cluster listener stopped", "cluster", l.name)
+		}
+	}()
+	listenersOpen.Inc()
+	l.mux.log.V(1).Info("Serving workload cluster", "cluster", l.name, "address", l.HostPort())
+	return nil
+}
+
+// stop stops serving (if serving), waiting for in-flight requests until ctx ends.
+func (l *WorkloadClusterListener) stop(ctx context.Context) {
+	l.mu.Lock()
+	srv, grpcSrv, pf, done := l.srv, l.grpcSrv, l.portForward, l.serveDone
+	l.srv, l.grpcSrv, l.portForward, l.serveDone = nil, nil, nil, nil
+	l.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	// Long-lived requests (watches, port-forwards) would hold a graceful shutdown until ctx ends:
+	// give them a short grace period, then close connections.
+	shutdownCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		_ = srv.Close()
+	}
+	cancel()
+	pf.Close()
+	grpcSrv.Stop()
+	<-done
+	listenersOpen.Dec()
+	l.mux.log.V(1).Info("Stopped serving workload cluster", "cluster", l.name)
+}
+
+// tlsConfigFor picks certificate and trust root by server name: an etcd member's name gets its
+// serving certificate and requires a client certificate from the etcd CA; anything else gets the
+// API server certificate and accepts client certificates from the cluster CA.
+func (l *WorkloadClusterListener) tlsConfigFor(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if cert, ok := l.etcdCerts[hello.ServerName]; ok {
+		return &tls.Config{
+			Certificates: []tls.Certificate{*cert},
+			ClientAuth:   tls.RequireAndVerifyClientCert,
+			ClientCAs:    l.etcdPool,
+			NextProtos:   []string{"h2"},
+			MinVersion:   tls.VersionTLS12,
+		}, nil
+	}
+	if l.servingCert == nil {
+		return nil, fmt.Errorf("workload cluster %s has no API server", l.name)
+	}
+	if needsRenewal(l.servingCert, time.Now()) {
+		if cert, err := newAPIServerCert(l.ca, l.caKey, l.mux.host); err == nil {
+			l.servingCert = cert
+		}
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{*l.servingCert},
+		// A missing certificate is answered with a 401 Status by the handler, as kube-apiserver
+		// does; a certificate from another CA fails the handshake.
+		ClientAuth: tls.VerifyClientCertIfGiven,
+		ClientCAs:  l.caPool,
+		NextProtos: []string{"h2", "http/1.1"},
+		MinVersion: tls.VersionTLS12,
+	}, nil
+}
+
+// routes sends gRPC on an etcd member's server name to the fake etcd, the rest to the API server.
+func (l *WorkloadClusterListener) routes(api http.Handler) http.Handler {
+	authenticated := authenticate(instrument(api))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			l.mu.Lock()
+			_, isEtcd := l.etcdCerts[r.TLS.ServerName]
+			grpcSrv := l.grpcSrv
+			l.mu.Unlock()
+			if isEtcd && grpcSrv != nil {
+				r = r.WithContext(etcd.ContextWithMember(r.Context(), r.TLS.ServerName))
+				grpcSrv.ServeHTTP(w, r)
+				return
+			}
+		}
+		authenticated.ServeHTTP(w, r)
+	})
+}
+
+var podsGVR = corev1.SchemeGroupVersion.WithResource("pods")
+
+func (l *WorkloadClusterListener) findPod(_ context.Context, namespace, name string) error {
+	_, err := l.cluster.Get(podsGVR, namespace, name)
+	return err
+}
+
+// lookupPodPort accepts a forward when the pod runs and serves the port: a declared container
+// port, or the well-known port of a registered etcd member or API server (static pods of kubeadm
+// use host networking and declare no ports).
+func (l *WorkloadClusterListener) lookupPodPort(_ context.Context, namespace, name string, port int32) error {
+	obj, err := l.cluster.Get(podsGVR, namespace, name)
+	if err != nil {
+		return err
+	}
+	pod := obj.(*corev1.Pod)
+	if pod.Status.Phase != corev1.PodRunning {
+		return fmt.Errorf("pod %s/%s is not running (phase %q)", namespace, name, pod.Status.Phase)
+	}
+	switch {
+	case port == EtcdClientPort && l.hasEtcdMember(name):
+		return nil
+	case port == APIServerBindPort && l.hasAPIServer(name):
+		return nil
+	}
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.ContainerPort == port {
+				return nil
+			}
+		}
+	}
+	return apierrors.NewBadRequest(fmt.Sprintf("pod %s/%s does not serve port %d", namespace, name, port))
+}
+
+// dialSelf connects a forwarded stream back into this listener; the client's TLS (with the pod
+// name as server name) flows through it unchanged and picks the member's certificate.
+func (l *WorkloadClusterListener) dialSelf(ctx context.Context, _, _ string, _ int32) (net.Conn, error) {
+	host := l.mux.bindAddress
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(l.port)))
+}

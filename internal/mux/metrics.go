@@ -1,0 +1,115 @@
+package mux
+
+import (
+	"io"
+	"log"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Metrics of the workload cluster listeners, in controller-runtime's registry (served on the
+// manager's metrics endpoint). Labels never carry cluster names, so cardinality stays bounded.
+var (
+	listenersOpen = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "goofy_mux_listeners_open",
+		Help: "Workload cluster listeners currently serving.",
+	})
+	requestsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "goofy_mux_requests_total",
+		Help: "API requests served by workload cluster listeners, by verb, resource and HTTP code.",
+	}, []string{"verb", "resource", "code"})
+	requestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "goofy_mux_request_duration_seconds",
+		Help:    "Latency of API requests served by workload cluster listeners (watches excluded).",
+		Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
+	}, []string{"verb"})
+	watchesActive = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "goofy_mux_watches_active",
+		Help: "Watch requests currently open on workload cluster listeners.",
+	})
+)
+
+func init() {
+	metrics.Registry.MustRegister(listenersOpen, requestsTotal, requestDuration, watchesActive)
+}
+
+var discardLog = log.New(io.Discard, "", 0)
+
+var requestInfoFactory = &request.RequestInfoFactory{
+	APIPrefixes:          sets.NewString("api", "apis"),
+	GrouplessAPIPrefixes: sets.NewString("api"),
+}
+
+// knownResources bounds the resource label: anything else is counted as "other".
+var knownResources = sets.New("pods", "nodes", "namespaces", "configmaps", "secrets", "services", "endpoints",
+	"events", "serviceaccounts", "deployments", "daemonsets", "replicasets", "statefulsets", "leases",
+	"clusterroles", "clusterrolebindings", "roles", "rolebindings", "poddisruptionbudgets", "volumeattachments",
+	"endpointslices", "customresourcedefinitions", "persistentvolumes", "persistentvolumeclaims", "storageclasses")
+
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.code == 0 {
+		s.code = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection (hijack for port-forward upgrades).
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// instrument counts requests and records latency.
+func instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		verb, resource := "other", "other"
+		if info, err := requestInfoFactory.NewRequestInfo(r); err == nil {
+			if info.IsResourceRequest {
+				verb = info.Verb
+				if knownResources.Has(info.Resource) {
+					resource = info.Resource
+					if info.Subresource != "" {
+						resource += "/" + info.Subresource
+					}
+				}
+			} else {
+				verb, resource = "nonresource", "nonresource"
+			}
+		}
+		start := time.Now()
+		if verb == "watch" {
+			watchesActive.Inc()
+			defer watchesActive.Dec()
+		}
+		rec := &statusRecorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r)
+		if rec.code == 0 {
+			rec.code = http.StatusOK // hijacked (upgrades) or nothing written
+		}
+		requestsTotal.WithLabelValues(verb, resource, strconv.Itoa(rec.code)).Inc()
+		if verb != "watch" {
+			requestDuration.WithLabelValues(verb).Observe(time.Since(start).Seconds())
+		}
+	})
+}

@@ -1,0 +1,362 @@
+// Package mux serves many simulated workload clusters from one process. Every workload cluster gets
+// one TLS port (a WorkloadClusterListener) that answers both as its kube-apiserver and as its etcd
+// members: the TLS server name picks the certificate and the trust root, the content type picks the
+// handler (gRPC to the fake etcd, everything else to the API server handler).
+package mux
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/go-logr/logr"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
+)
+
+// Default port range for workload cluster listeners. CAPD's in-memory backend uses 20000-30000;
+// run both side by side with distinct ranges.
+const (
+	DefaultPortMin = 20000
+	DefaultPortMax = 29999
+)
+
+// ErrPortRangeExhausted is returned when every port of the range is in use or not bindable.
+var ErrPortRangeExhausted = errors.New("no free port left in the listener port range")
+
+// ClusterKey names a workload cluster in the mux and the store: "<namespace>/<cluster name>".
+func ClusterKey(namespace, clusterName string) string { return namespace + "/" + clusterName }
+
+// Option configures a WorkloadClustersMux.
+type Option func(*WorkloadClustersMux)
+
+// WithPortRange sets the inclusive range ports are taken from.
+func WithPortRange(min, max int) Option {
+	return func(m *WorkloadClustersMux) { m.portMin, m.portMax = min, max }
+}
+
+// WithBindAddress sets the address listeners bind to (default: the advertised host when it is an
+// IP address, else all interfaces).
+func WithBindAddress(addr string) Option {
+	return func(m *WorkloadClustersMux) { m.bindAddress = addr }
+}
+
+// WithLogger sets the logger.
+func WithLogger(log logr.Logger) Option { return func(m *WorkloadClustersMux) { m.log = log } }
+
+// WorkloadClustersMux owns the listeners of all workload clusters.
+type WorkloadClustersMux struct {
+	manager     *store.Manager
+	host        string
+	bindAddress string
+	portMin     int
+	portMax     int
+	log         logr.Logger
+
+	mu        sync.Mutex
+	listeners map[string]*WorkloadClusterListener
+	ports     map[int]string // port -> cluster key
+	nextPort  int
+	closed    bool
+}
+
+// NewWorkloadClustersMux returns a mux whose listeners advertise host and keep their objects in
+// manager's stores.
+func NewWorkloadClustersMux(manager *store.Manager, host string, opts ...Option) (*WorkloadClustersMux, error) {
+	m := &WorkloadClustersMux{
+		manager:   manager,
+		host:      host,
+		portMin:   DefaultPortMin,
+		portMax:   DefaultPortMax,
+		log:       logr.Discard(),
+		listeners: map[string]*WorkloadClusterListener{},
+		ports:     map[int]string{},
+	}
+	for _, o := range opts {
+		o(m)
+	}
+	if manager == nil {
+		return nil, errors.New("mux: a store manager is required")
+	}
+	if host == "" {
+		return nil, errors.New("mux: an advertised host is required")
+	}
+	if m.portMin < 1 || m.portMax > 65535 || m.portMin > m.portMax {
+		return nil, fmt.Errorf("mux: invalid port range %d-%d", m.portMin, m.portMax)
+	}
+	if m.bindAddress == "" {
+		if ip := net.ParseIP(host); ip != nil {
+			m.bindAddress = host
+		} else {
+			m.bindAddress = "0.0.0.0"
+		}
+	}
+	m.nextPort = m.portMin
+	return m, nil
+}
+
+// Host is the advertised host of every listener.
+func (m *WorkloadClustersMux) Host() string { return m.host }
+
+// InitWorkloadClusterListener reserves a port for the workload cluster and creates its store (with
+// the default namespaces). It does not serve until the first AddAPIServer. Calling it again for the
+// same cluster returns the existing listener.
+func (m *WorkloadClustersMux) InitWorkloadClusterListener(wclName string) (*WorkloadClusterListener, error) {
+	return m.initListener(wclName, 0)
+}
+
+// initListener reserves port (or any free port when 0) for wclName.
+func (m *WorkloadClustersMux) initListener(wclName string, port int) (*WorkloadClusterListener, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errors.New("mux is shut down")
+	}
+	if l, ok := m.listeners[wclName]; ok {
+		if port != 0 && l.port != port {
+			return nil, fmt.Errorf("workload cluster %s already listens on port %d, not %d", wclName, l.port, port)
+		}
+		return l, nil
+	}
+	var err error
+	if port == 0 {
+		port, err = m.allocatePortLocked()
+	} else {
+		err = m.reservePortLocked(port)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cluster, ok := m.manager.GetCluster(wclName)
+	if !ok {
+		if cluster, err = m.manager.AddCluster(wclName, store.ClusterOptions{}); err != nil {
+			return nil, fmt.Errorf("creating the store of workload cluster %s: %w", wclName, err)
+		}
+	}
+	l := newListener(m, wclName, port, cluster)
+	m.listeners[wclName] = l
+	m.ports[port] = wclName
+	m.log.V(2).Info("Reserved workload cluster listener", "cluster", wclName, "port", port)
+	return l, nil
+}
+
+// allocatePortLocked hands out the next free, bindable port, cycling through the range so a freed
+// port is reused only after the others: clients that cached an old endpoint fail fast instead of
+// reaching a different cluster.
+func (m *WorkloadClustersMux) allocatePortLocked() (int, error) {
+	size := m.portMax - m.portMin + 1
+	for i := 0; i < size; i++ {
+		p := m.nextPort
+		m.nextPort++
+		if m.nextPort > m.portMax {
+			m.nextPort = m.portMin
+		}
+		if _, taken := m.ports[p]; taken {
+			continue
+		}
+		if bindable(m.bindAddress, p) {
+			return p, nil
+		}
+	}
+	return 0, fmt.Errorf("%w (%d-%d)", ErrPortRangeExhausted, m.portMin, m.portMax)
+}
+
+func (m *WorkloadClustersMux) reservePortLocked(port int) error {
+	if port < 1 || port > 65535 {
+		return fmt.Errorf("invalid port %d", port)
+	}
+	if owner, taken := m.ports[port]; taken {
+		return fmt.Errorf("port %d is already used by workload cluster %s", port, owner)
+	}
+	if !bindable(m.bindAddress, port) {
+		return fmt.Errorf("port %d is not bindable on %s", port, m.bindAddress)
+	}
+	return nil
+}
+
+// bindable checks that nothing else listens on the port.
+func bindable(addr string, port int) bool {
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	_ = ln.Close()
+	return true
+}
+
+// Listener returns the listener of a workload cluster.
+func (m *WorkloadClustersMux) Listener(wclName string) (*WorkloadClusterListener, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.listeners[wclName]
+	return l, ok
+}
+
+func (m *WorkloadClustersMux) mustListener(wclName string) (*WorkloadClusterListener, error) {
+	l, ok := m.Listener(wclName)
+	if !ok {
+		return nil, fmt.Errorf("workload cluster %s has no listener; call InitWorkloadClusterListener first", wclName)
+	}
+	return l, nil
+}
+
+// ListListeners returns the listeners by cluster key, sorted by key in String order.
+func (m *WorkloadClustersMux) ListListeners() map[string]*WorkloadClusterListener {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]*WorkloadClusterListener, len(m.listeners))
+	for k, v := range m.listeners {
+		out[k] = v
+	}
+	return out
+}
+
+// ListenerInfo is a printable summary of a listener, for the debug endpoint.
+type ListenerInfo struct {
+	Cluster     string   `json:"cluster"`
+	Address     string   `json:"address"`
+	Serving     bool     `json:"serving"`
+	APIServers  []string `json:"apiServers"`
+	EtcdMembers []string `json:"etcdMembers"`
+}
+
+// Describe returns a summary of every listener sorted by cluster.
+func (m *WorkloadClustersMux) Describe() []ListenerInfo {
+	ls := m.ListListeners()
+	out := make([]ListenerInfo, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, l.info())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Cluster < out[j].Cluster })
+	return out
+}
+
+// DeleteWorkloadClusterListener stops serving, frees the port for reuse and drops the cluster's store.
+func (m *WorkloadClustersMux) DeleteWorkloadClusterListener(wclName string) error {
+	m.mu.Lock()
+	l, ok := m.listeners[wclName]
+	if ok {
+		delete(m.listeners, wclName)
+		delete(m.ports, l.port)
+	}
+	m.mu.Unlock()
+	if ok {
+		l.stop(context.Background())
+	}
+	m.manager.DeleteCluster(wclName)
+	return nil
+}
+
+// HotRestart re-creates the listener of every GoofyCluster on the port recorded in its
+// spec.controlPlaneEndpoint, so endpoints do not move when the process restarts or leadership
+// changes. A cluster whose port is taken or duplicated fails alone; the others proceed.
+func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) error {
+	if clusters == nil {
+		return nil
+	}
+	var errs []error
+	for i := range clusters.Items {
+		gc := &clusters.Items[i]
+		port := int(gc.Spec.ControlPlaneEndpoint.Port)
+		if port == 0 || !gc.DeletionTimestamp.IsZero() && len(gc.Finalizers) == 0 {
+			continue
+		}
+		key := ClusterKey(gc.Namespace, ClusterNameOf(gc))
+		if _, err := m.initListener(key, port); err != nil {
+			errs = append(errs, fmt.Errorf("workload cluster %s: %w", key, err))
+			continue
+		}
+		m.log.Info("Restored workload cluster listener", "cluster", key, "port", port)
+	}
+	return kerrors.NewAggregate(errs)
+}
+
+// ClusterNameOf is the name of the CAPI Cluster a GoofyCluster belongs to: the cluster-name label
+// CAPI sets, else the GoofyCluster's own name.
+func ClusterNameOf(gc *infrav1.GoofyCluster) string {
+	if name := gc.Labels[clusterv1.ClusterNameLabel]; name != "" {
+		return name
+	}
+	return gc.Name
+}
+
+// AddAPIServer registers an API server pod; the first one starts serving. caCert/caKey are the
+// cluster CA (<cluster>-ca): the serving certificate chains to it and clients must present a
+// certificate signed by it.
+func (m *WorkloadClustersMux) AddAPIServer(wclName, podName string, caCert *x509.Certificate, caKey crypto.Signer) error {
+	l, err := m.mustListener(wclName)
+	if err != nil {
+		return err
+	}
+	return l.addAPIServer(podName, caCert, caKey)
+}
+
+// DeleteAPIServer unregisters an API server pod; removing the last one stops serving and closes
+// open connections (the port stays reserved).
+func (m *WorkloadClustersMux) DeleteAPIServer(wclName, podName string) error {
+	l, ok := m.Listener(wclName)
+	if !ok {
+		return nil
+	}
+	l.deleteAPIServer(podName)
+	return nil
+}
+
+// HasAPIServer reports whether the API server pod is registered.
+func (m *WorkloadClustersMux) HasAPIServer(wclName, podName string) bool {
+	l, ok := m.Listener(wclName)
+	return ok && l.hasAPIServer(podName)
+}
+
+// AddEtcdMember registers an etcd member pod (etcd-<node>) with a serving certificate signed by
+// the etcd CA (<cluster>-etcd) and adds it to the fake etcd cluster.
+func (m *WorkloadClustersMux) AddEtcdMember(wclName, podName string, caCert *x509.Certificate, caKey crypto.Signer) error {
+	l, err := m.mustListener(wclName)
+	if err != nil {
+		return err
+	}
+	return l.addEtcdMember(podName, caCert, caKey)
+}
+
+// DeleteEtcdMember removes an etcd member; leadership moves if it led.
+func (m *WorkloadClustersMux) DeleteEtcdMember(wclName, podName string) error {
+	l, ok := m.Listener(wclName)
+	if !ok {
+		return nil
+	}
+	return l.deleteEtcdMember(podName)
+}
+
+// HasEtcdMember reports whether the etcd member pod is registered.
+func (m *WorkloadClustersMux) HasEtcdMember(wclName, podName string) bool {
+	l, ok := m.Listener(wclName)
+	return ok && l.hasEtcdMember(podName)
+}
+
+// Shutdown stops every listener, waiting for in-flight requests until ctx ends, then closes what
+// is left. The stores are kept (the manager owns them).
+func (m *WorkloadClustersMux) Shutdown(ctx context.Context) error {
+	m.mu.Lock()
+	m.closed = true
+	ls := make([]*WorkloadClusterListener, 0, len(m.listeners))
+	for _, l := range m.listeners {
+		ls = append(ls, l)
+	}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, l := range ls {
+		wg.Add(1)
+		go func() { defer wg.Done(); l.stop(ctx) }()
+	}
+	wg.Wait()
+	return ctx.Err()
+}
