@@ -2,6 +2,7 @@ package mux
 
 import (
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -287,6 +288,16 @@ func pool(ca *x509.Certificate) *x509.CertPool {
 // (negative: already expired).
 func clientCert(t testing.TB, cc clusterCerts, cn string, groups []string, validFor time.Duration) (certPEM, keyPEM []byte) {
 	t.Helper()
+	return issueClientCert(t, cc.ca, cc.caKey, cn, groups, validFor)
+}
+
+func clientCertFrom(t testing.TB, ca *x509.Certificate, caKey crypto.Signer, cn string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	return issueClientCert(t, ca, caKey, cn, nil, time.Hour)
+}
+
+func issueClientCert(t testing.TB, ca *x509.Certificate, caKey crypto.Signer, cn string, groups []string, validFor time.Duration) (certPEM, keyPEM []byte) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -300,7 +311,7 @@ func clientCert(t testing.TB, cc clusterCerts, cn string, groups []string, valid
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, cc.ca, key.Public(), cc.caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
 	if err != nil {
 		t.Fatal(err)
 	}
