@@ -47,40 +47,24 @@ type env struct {
 func newEnv(t testing.TB, opts portforward.Options) *env {
 	t.Helper()
 	e := &env{t: t, pods: map[string]pod{}}
-	opts.FindPod = func(_ context.Context, ns, name string) error {
-		if _, ok := e.pod(ns, name); !ok {
-			return apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, name)
-		}
-		return nil
-	}
-	opts.Lookup = func(_ context.Context, ns, name string, port int32) error {
-		p, ok := e.pod(ns, name)
-		switch {
-		case !ok:
-			return fmt.Errorf("pod %s/%s not found", ns, name)
-		case p.phase != corev1.PodRunning:
-			return fmt.Errorf("pod %s/%s is not running (phase %s)", ns, name, p.phase)
-		case p.ports[port] == "":
-			return fmt.Errorf("pod %s/%s does not serve port %d", ns, name, port)
-		}
-		return nil
-	}
-	opts.Dial = func(ctx context.Context, ns, name string, port int32) (net.Conn, error) {
-		p, _ := e.pod(ns, name)
-		return (&net.Dialer{}).DialContext(ctx, "tcp", p.ports[port])
-	}
+	opts.FindPod, opts.Lookup, opts.Dial = e.findPod, e.lookup, e.dial
 	h, err := portforward.NewHandler(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.handler = h
-
 	mux := http.NewServeMux()
 	mux.Handle("/api/v1/namespaces/{namespace}/pods/{name}/portforward", h)
+	e.start(h, mux)
+	return e
+}
+
+// start serves mux over TLS with HTTP/2 enabled, as the mux's listener does.
+func (e *env) start(h *portforward.Handler, mux *http.ServeMux) {
+	e.handler = h
 	e.server = httptest.NewUnstartedServer(mux)
 	e.server.EnableHTTP2 = true
 	e.server.StartTLS()
-	t.Cleanup(func() {
+	e.t.Cleanup(func() {
 		e.handler.Close()
 		e.server.Close()
 	})
@@ -90,7 +74,31 @@ func newEnv(t testing.TB, opts portforward.Options) *env {
 			CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: e.server.Certificate().Raw}),
 		},
 	}
-	return e
+}
+
+func (e *env) findPod(_ context.Context, ns, name string) error {
+	if _, ok := e.pod(ns, name); !ok {
+		return apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, name)
+	}
+	return nil
+}
+
+func (e *env) lookup(_ context.Context, ns, name string, port int32) error {
+	p, ok := e.pod(ns, name)
+	switch {
+	case !ok:
+		return fmt.Errorf("pod %s/%s not found", ns, name)
+	case p.phase != corev1.PodRunning:
+		return fmt.Errorf("pod %s/%s is not running (phase %s)", ns, name, p.phase)
+	case p.ports[port] == "":
+		return fmt.Errorf("pod %s/%s does not serve port %d", ns, name, port)
+	}
+	return nil
+}
+
+func (e *env) dial(ctx context.Context, ns, name string, port int32) (net.Conn, error) {
+	p, _ := e.pod(ns, name)
+	return (&net.Dialer{}).DialContext(ctx, "tcp", p.ports[port])
 }
 
 // kubeConfig is a copy of the client config: KCP's dialer modifies it.
