@@ -388,4 +388,3 @@ func deref(s *string) string {
 	}
 	return *s
 }
-

@@ -327,4 +327,3 @@ func isTLSError(err error) bool {
 	var certErr *tls.CertificateVerificationError
 	return errors.As(err, &certErr) || err != nil && (strings.Contains(err.Error(), "tls:") || strings.Contains(err.Error(), "certificate") || strings.Contains(err.Error(), "remote error") || strings.Contains(err.Error(), "could not be established"))
 }
-

@@ -77,7 +77,7 @@ func (c *Cluster) close() {
 	defer c.mu.Unlock()
 	c.closed = true
 	for w := range c.watchers {
-		w.wake()
+		w.Stop() // also frees watchers whose client stopped reading
 	}
 }
 

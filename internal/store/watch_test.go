@@ -287,3 +287,19 @@ func TestHistoryExpiresByAge(t *testing.T) {
 	_, err := c.Watch(configMapsGVR, "", ListOptions{ResourceVersion: rv})
 	g.Expect(apierrors.IsResourceExpired(err)).To(BeTrue(), "got %v", err)
 }
+
+func TestDeleteClusterFreesBlockedWatchers(t *testing.T) {
+	g := NewWithT(t)
+	m := NewManager()
+	c, _ := m.AddCluster("x", ClusterOptions{})
+	// This client never reads: the watcher is blocked handing over the first event.
+	w, err := c.Watch(namespacesGVR, "", ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	m.DeleteCluster("x")
+	// The watcher goroutine has exited: the channel is closed once drained of what it had in hand.
+	n := 0
+	for range w.ResultChan() {
+		n++
+	}
+	g.Expect(n).To(BeNumerically("<=", 1))
+}

@@ -105,6 +105,7 @@ func truncateManagedTimes(obj client.Object) {
 
 func (c *Cluster) createAppliedLocked(b *kindBehavior, obj client.Object, dryRun bool) (client.Object, error) {
 	gr := b.info.GVR.GroupResource()
+	obj.GetObjectKind().SetGroupVersionKind(b.info.GVK())
 	truncateManagedTimes(obj)
 	if obj.GetName() == "" && obj.GetGenerateName() != "" {
 		base := obj.GetGenerateName()
