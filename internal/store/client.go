@@ -25,6 +25,17 @@ func (c *Cluster) Client() client.Client { return &storeClient{c: c} }
 // storeClient adapts controller-runtime's client options to the store's verbs.
 type storeClient struct{ c *Cluster }
 
+// defaultFieldManager names writes through Client() that set no field owner, as the real API
+// server names them after the client's user agent.
+const defaultFieldManager = "goofy"
+
+func managerOr(m string) string {
+	if m == "" {
+		return defaultFieldManager
+	}
+	return m
+}
+
 var _ client.Client = &storeClient{}
 
 func (s *storeClient) Scheme() *runtime.Scheme     { return Scheme() }
@@ -142,7 +153,7 @@ func (s *storeClient) Create(_ context.Context, obj client.Object, opts ...clien
 	}
 	co := (&client.CreateOptions{}).ApplyOptions(opts)
 	out, err := s.c.Create(info.GVR, obj.GetNamespace(), obj, CreateOptions{
-		DryRun: isDryRun(co.DryRun), FieldManager: co.FieldManager, FieldValidation: co.FieldValidation,
+		DryRun: isDryRun(co.DryRun), FieldManager: managerOr(co.FieldManager), FieldValidation: co.FieldValidation,
 	})
 	if err != nil {
 		return err
@@ -160,7 +171,7 @@ func (s *storeClient) update(obj client.Object, sub string, uo *client.UpdateOpt
 		return err
 	}
 	out, err := s.c.Update(info.GVR, obj.GetNamespace(), obj, UpdateOptions{
-		DryRun: isDryRun(uo.DryRun), FieldManager: uo.FieldManager, FieldValidation: uo.FieldValidation, Subresource: sub,
+		DryRun: isDryRun(uo.DryRun), FieldManager: managerOr(uo.FieldManager), FieldValidation: uo.FieldValidation, Subresource: sub,
 	})
 	if err != nil {
 		return err
@@ -181,8 +192,12 @@ func (s *storeClient) patch(obj client.Object, patch client.Patch, sub string, p
 	if err != nil {
 		return err
 	}
+	manager := po.FieldManager
+	if patch.Type() != types.ApplyYAMLPatchType {
+		manager = managerOr(manager)
+	}
 	out, err := s.c.Patch(info.GVR, obj.GetNamespace(), obj.GetName(), patch.Type(), data, PatchOptions{
-		DryRun: isDryRun(po.DryRun), FieldManager: po.FieldManager, FieldValidation: po.FieldValidation,
+		DryRun: isDryRun(po.DryRun), FieldManager: manager, FieldValidation: po.FieldValidation,
 		Force: po.Force != nil && *po.Force, Subresource: sub,
 	})
 	if err != nil {

@@ -1,0 +1,23 @@
+// Package store is the in-memory object store behind every simulated workload cluster's API
+// server.
+//
+// A Manager holds one Cluster per workload cluster. A Cluster keeps typed objects (from the
+// shared Scheme) in per-kind maps and applies the rules of the real API server's registry:
+// uid/creationTimestamp/generateName, a per-cluster monotonic resourceVersion, generation bumped
+// only by spec changes, status subresource semantics, finalizers and deletionTimestamp,
+// owner-reference garbage collection (Background, Foreground, Orphan), namespace lifecycle,
+// dry run, name validation, optimistic concurrency, managed fields, and the four patch types
+// including server-side apply.
+//
+// Design for many mostly idle clusters:
+//   - The scheme, REST mapper, resource table, structured-merge-diff schemas and field managers
+//     are process-wide and built once.
+//   - Stored objects are immutable: each write stores a new object. Readers copy outside the
+//     lock, and the event history shares the stored objects instead of copying them.
+//   - Each cluster has one bounded event history (a lazily grown ring, also aged out after
+//     historyTTL). It serves watch resume, watch delivery and consistent paginated snapshots
+//     (a past state is rebuilt by undoing newer events).
+//   - Watchers read the history at their own pace; writers only append and wake them, so a slow
+//     watcher never blocks anyone. A watcher whose next event has left the history is ended,
+//     as the real API server ends slow watchers. An idle cluster runs no goroutines.
+package store
