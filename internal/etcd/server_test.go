@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/etcd"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
 
 func TestIDsAreStableAndDistinct(t *testing.T) {
@@ -141,4 +142,31 @@ func TestCorruptStateIsAnError(t *testing.T) {
 	}).Build()
 	_, err := etcd.NewServer(t.Context(), store, cluster)
 	g.Expect(err).To(MatchError(ContainSubstring(etcd.StateConfigMapName)))
+}
+
+// The same over the workload store the mux really uses: the state is an
+// ordinary ConfigMap in the cluster's kube-system.
+func TestStateSurvivesRestartOnTheWorkloadStore(t *testing.T) {
+	g := NewWithT(t)
+	wc, err := store.NewManager().AddCluster(cluster, store.ClusterOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	s, err := etcd.NewServer(t.Context(), wc.Client(), cluster)
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, p := range []string{"etcd-a", "etcd-b", "etcd-c"} {
+		_, err := s.AddMember(t.Context(), p)
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Expect(s.RemoveMember(t.Context(), "etcd-a")).To(Succeed())
+	leader := s.Leader()
+	g.Expect(leader).NotTo(BeEmpty())
+
+	cm := &corev1.ConfigMap{}
+	g.Expect(wc.Client().Get(t.Context(), client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: etcd.StateConfigMapName}, cm)).To(Succeed())
+
+	restarted, err := etcd.NewServer(t.Context(), wc.Client(), cluster)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(restarted.Members()).To(Equal(s.Members()))
+	g.Expect(restarted.Leader()).To(Equal(leader))
+	g.Expect(restarted.RaftTerm()).To(Equal(s.RaftTerm()))
 }

@@ -109,7 +109,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if ns == "" || name == "" {
 		var ok bool
 		if ns, name, ok = parsePath(req.URL.Path); !ok {
-			writeStatus(w, apierrors.NewNotFound(schema.GroupResource{}, req.URL.Path))
+			writeStatus(w, &apierrors.StatusError{ErrStatus: metav1.Status{
+				Status: metav1.StatusFailure, Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
+				Message: "the server could not find the requested resource",
+			}})
 			return
 		}
 	}
