@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -390,4 +391,25 @@ func TestDisconnectsReleaseEverything(t *testing.T) {
 func TestNewHandlerRequiresDial(t *testing.T) {
 	_, err := portforward.NewHandler(portforward.Options{})
 	NewWithT(t).Expect(err).To(MatchError(ContainSubstring("Dial is required")))
+}
+
+// Mounted without route parameters, the handler reads namespace and pod from
+// the path itself.
+func TestServeHTTPParsesThePath(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t, portforward.Options{})
+	e.addPod("kube-system", "etcd-a", corev1.PodRunning, nil)
+	bare := httptest.NewServer(e.handler)
+	defer bare.Close()
+	for path, want := range map[string]string{
+		"/api/v1/namespaces/kube-system/pods/etcd-a/portforward": `X-Stream-Protocol-Version`, // found: SPDY handshake wants its header
+		"/api/v1/namespaces/kube-system/pods/nope/portforward":   `pods \"nope\" not found`,
+		"/healthz": `the server could not find the requested resource`,
+	} {
+		resp, err := http.Post(bare.URL+path, "", nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		g.Expect(string(body)).To(ContainSubstring(want), path)
+	}
 }
