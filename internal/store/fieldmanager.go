@@ -6,7 +6,6 @@ import (
 	"sync"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	extapplyconfig "k8s.io/apiextensions-apiserver/pkg/client/applyconfiguration"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
@@ -15,15 +14,20 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/typed"
 )
 
-// splitTypeConverter uses the structured-merge-diff schemas published with client-go (all of
-// k8s.io/api) and apiextensions-apiserver (CRDs), so list-map merges and apply conflicts follow the
-// real schema.
+// splitTypeConverter uses the structured-merge-diff schema published with client-go for all of
+// k8s.io/api, so list-map merges and apply conflicts follow the real schema. apiextensions-apiserver
+// publishes no schema for CustomResourceDefinition itself, so CRDs use the deduced converter (lists
+// are atomic), which is what the real API server would do without models.
 type splitTypeConverter struct {
 	core, ext managedfields.TypeConverter
 }
 
 func (s splitTypeConverter) pick(obj runtime.Object) managedfields.TypeConverter {
-	if obj.GetObjectKind().GroupVersionKind().Group == apiextensionsv1.GroupName {
+	group := obj.GetObjectKind().GroupVersionKind().Group
+	if gvks, _, err := Scheme().ObjectKinds(obj); err == nil && len(gvks) > 0 {
+		group = gvks[0].Group // typed objects may arrive without apiVersion/kind
+	}
+	if group == apiextensionsv1.GroupName {
 		return s.ext
 	}
 	return s.core
@@ -59,7 +63,7 @@ func sharedTypeConverter() managedfields.TypeConverter {
 		s := Scheme()
 		typeConverter = splitTypeConverter{
 			core: applyconfigurations.NewTypeConverter(s),
-			ext:  extapplyconfig.NewTypeConverter(s),
+			ext:  managedfields.NewDeducedTypeConverter(),
 		}
 	})
 	return typeConverter

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -114,3 +115,11 @@ func expectEvents(t testing.TB, w watch.Interface, want ...eventSummary) {
 		g.Expect(summarize(nextEvent(t, w))).To(Equal(w1))
 	}
 }
+
+var (
+	customResourceDefinitionsGVR = schemaGVR{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	leasesGVR                    = schemaGVR{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
+	eventsV1GVR                  = schemaGVR{Group: "events.k8s.io", Version: "v1", Resource: "events"}
+)
+
+func containsString(s, sub string) bool { return strings.Contains(s, sub) }

@@ -233,3 +233,65 @@ spec:
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(exists(c, deployment("default", "dry"))).To(BeFalse())
 }
+
+func TestServerSideApplyOtherGroups(t *testing.T) {
+	c := newTestCluster(t)
+	tests := []struct {
+		name string
+		gvr  schemaGVR
+		ns   string
+		obj  string
+	}{
+		{"crd uses the apiextensions schema", customResourceDefinitionsGVR, "", `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+`},
+		{"lease", leasesGVR, "kube-node-lease", `
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: node-1, namespace: kube-node-lease}
+spec: {holderIdentity: node-1, leaseDurationSeconds: 40}
+`},
+		{"events.k8s.io event", eventsV1GVR, "default", `
+apiVersion: events.k8s.io/v1
+kind: Event
+metadata: {name: e1}
+eventTime: "2026-01-01T00:00:00.000000Z"
+reason: Started
+action: Start
+reportingController: test
+reportingInstance: test-1
+regarding: {kind: Pod, name: p, namespace: default}
+`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			var name string
+			for _, f := range []string{"widgets.example.com", "node-1", "e1"} {
+				if containsString(tt.obj, f) {
+					name = f
+					break
+				}
+			}
+			out, err := c.Patch(tt.gvr, tt.ns, name, types.ApplyYAMLPatchType, []byte(tt.obj), PatchOptions{FieldManager: "a"})
+			g.Expect(err).NotTo(HaveOccurred())
+			mf := out.(metav1.Object).GetManagedFields()
+			g.Expect(mf).To(ContainElement(HaveField("Operation", metav1.ManagedFieldsOperationApply)))
+			// A second manager taking a field owned by the first conflicts.
+			_, err = c.Patch(tt.gvr, tt.ns, name, types.ApplyYAMLPatchType, []byte(tt.obj), PatchOptions{FieldManager: "b"})
+			g.Expect(err).NotTo(HaveOccurred(), "applying the same values is shared ownership, not a conflict")
+		})
+	}
+}
