@@ -1,0 +1,141 @@
+// Command quickstart is `make run`: it builds what is missing, starts a local management plane
+// (etcd, kube-apiserver, kube-controller-manager, the CAPI managers and the Goofy manager), creates a
+// cluster from templates/cluster-template.yaml, waits until it is Available, writes the kubeconfigs
+// to out/ and keeps everything running until Ctrl-C.
+//
+// Template variables come from the environment like with clusterctl (CLUSTER_NAME, NAMESPACE,
+// KUBERNETES_VERSION, CONTROL_PLANE_MACHINE_COUNT, WORKER_MACHINE_COUNT, GOOFY_*_STARTUP_DURATION, ...).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/test/e2e/harness"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func run() error {
+	out := flag.String("out", "out", "output directory (kubeconfigs; process logs under <out>/e2e/<run>)")
+	template := flag.String("template", "templates/cluster-template.yaml", "cluster template to apply")
+	timeout := flag.Duration("timeout", 10*time.Minute, "how long to wait for the cluster to become Available")
+	exitWhenAvailable := flag.Bool("exit-when-available", false, "stop and clean up once the cluster is Available (for scripts)")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	repo, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	name := envOr("CLUSTER_NAME", "goofy")
+	namespace := envOr("NAMESPACE", "default")
+	vars := map[string]string{
+		"CLUSTER_NAME":                name,
+		"NAMESPACE":                   namespace,
+		"CONTROL_PLANE_MACHINE_COUNT": envOr("CONTROL_PLANE_MACHINE_COUNT", "3"),
+		"WORKER_MACHINE_COUNT":        envOr("WORKER_MACHINE_COUNT", "2"),
+	}
+	tmpl, err := os.ReadFile(*template)
+	if err != nil {
+		return err
+	}
+	manifests, err := harness.RenderTemplate(tmpl, vars)
+	if err != nil {
+		return fmt.Errorf("rendering %s: %w", *template, err)
+	}
+
+	fmt.Println("== building what is missing (cached under ~/.cache/goofy; the first run takes a while)")
+	bins, err := harness.EnsureBinaries(ctx, repo, os.Stderr)
+	if err != nil {
+		return err
+	}
+	runDir, err := filepath.Abs(filepath.Join(*out, "e2e", "run-"+time.Now().Format("20060102-150405")))
+	if err != nil {
+		return err
+	}
+	fmt.Println("== starting the management plane; process logs in", runDir)
+	plane, err := harness.Start(ctx, harness.Options{
+		RepoRoot: repo, OutputDir: runDir, Binaries: bins, Progress: os.Stdout,
+		ListenerPortRange: envOr("GOOFY_LISTENER_PORT_RANGE", "20000-29999"),
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Println("== cleaning up")
+		plane.Stop()
+	}()
+	mgmt, err := filepath.Abs(filepath.Join(*out, "mgmt.kubeconfig"))
+	if err != nil {
+		return err
+	}
+	if err := copyFile(plane.Kubeconfig, mgmt); err != nil {
+		return err
+	}
+
+	fmt.Printf("== creating cluster %s/%s (%s control-plane, %s worker machines)\n", namespace, name,
+		vars["CONTROL_PLANE_MACHINE_COUNT"], vars["WORKER_MACHINE_COUNT"])
+	if _, err := plane.Apply(ctx, manifests); err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, err := plane.WaitForCluster(ctx, os.Stdout, namespace, name, *timeout, "Available", harness.Available); err != nil {
+		return fmt.Errorf("%w\nprocess logs: %s", err, runDir)
+	}
+	workload, err := filepath.Abs(filepath.Join(*out, name+".kubeconfig"))
+	if err != nil {
+		return err
+	}
+	if err := plane.WriteWorkloadKubeconfig(ctx, namespace, name, workload); err != nil {
+		return err
+	}
+	kubectl := bins.Kubectl()
+	fmt.Printf(`
+== cluster %s is Available after %s
+
+Management cluster:
+  %s --kubeconfig %s get clusters,kubeadmcontrolplanes,machinedeployments,machines,goofymachines -A
+Workload cluster:
+  %s --kubeconfig %s get nodes,pods -A
+
+Process logs: %s
+Press Ctrl-C to stop and clean up.
+`, name, time.Since(start).Round(time.Second), kubectl, mgmt, kubectl, workload, runDir)
+	if *exitWhenAvailable {
+		return nil
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func copyFile(from, to string) error {
+	data, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(to, data, 0o600)
+}

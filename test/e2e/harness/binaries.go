@@ -1,0 +1,188 @@
+package harness
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// CAPIVersion is the Cluster API release the harness builds and runs; keep in step with go.mod.
+const CAPIVersion = "v1.14.2"
+
+// Binaries locates everything the plane runs.
+type Binaries struct {
+	// Assets holds etcd, kube-apiserver, kube-controller-manager and kubectl (hack/envtest.sh).
+	Assets string
+	// ControllerManager is kube-controller-manager (normally inside Assets).
+	ControllerManager string
+	// CAPI holds cluster-api-manager, kubeadm-bootstrap-manager, kubeadm-control-plane-manager and
+	// clusterctl (hack/capi-managers.sh).
+	CAPI string
+	// CAPIModule is the source of sigs.k8s.io/cluster-api (CRDs and webhook manifests).
+	CAPIModule string
+	// Goofy is the Goofy manager binary.
+	Goofy string
+}
+
+// Kubectl returns the kubectl binary's path.
+func (b Binaries) Kubectl() string { return filepath.Join(b.Assets, "kubectl") }
+
+// Clusterctl returns the clusterctl binary's path.
+func (b Binaries) Clusterctl() string { return filepath.Join(b.CAPI, "clusterctl") }
+
+func (b Binaries) check(needGoofy bool) error {
+	need := []string{
+		filepath.Join(b.Assets, "etcd"), filepath.Join(b.Assets, "kube-apiserver"), b.ControllerManager,
+		filepath.Join(b.CAPI, "cluster-api-manager"), filepath.Join(b.CAPI, "kubeadm-bootstrap-manager"),
+		filepath.Join(b.CAPI, "kubeadm-control-plane-manager"),
+	}
+	if needGoofy {
+		need = append(need, b.Goofy)
+	}
+	for _, f := range need {
+		if _, err := lookBinary(filepath.Dir(f), filepath.Base(f)); err != nil {
+			return missing(f)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(b.CAPIModule, "core", "config", "crd", "bases")); err != nil {
+		return missing("sigs.k8s.io/cluster-api module source at " + b.CAPIModule)
+	}
+	return nil
+}
+
+// cacheDir is where hack/*.sh keep their builds.
+func cacheDir() string {
+	if d := os.Getenv("GOOFY_CACHE_DIR"); d != "" {
+		return d
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = filepath.Join(os.TempDir(), "cache")
+	}
+	return filepath.Join(base, "goofy")
+}
+
+// DefaultBinaries returns where the build scripts put the binaries, without building anything:
+// KUBEBUILDER_ASSETS (else the envtest cache), the CAPI cache, the CAPI module in the module cache
+// and <repoRoot>/bin/goofy-e2e-manager. Environment overrides: GOOFY_CAPI_BIN_DIR, GOOFY_MANAGER.
+func DefaultBinaries(repoRoot string) Binaries {
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		assets = filepath.Join(cacheDir(), "envtest", "k8s-v1.36.3-etcd-v3.6.14")
+	}
+	kcm := filepath.Join(assets, "kube-controller-manager")
+	if _, err := os.Stat(kcm); err != nil {
+		// KUBEBUILDER_ASSETS may point elsewhere; the harness's own build lands in the cache.
+		kcm = filepath.Join(cacheDir(), "envtest", "k8s-v1.36.3-etcd-v3.6.14", "kube-controller-manager")
+	}
+	capi := os.Getenv("GOOFY_CAPI_BIN_DIR")
+	if capi == "" {
+		capi = filepath.Join(cacheDir(), "capi", CAPIVersion)
+	}
+	goofy := os.Getenv("GOOFY_MANAGER")
+	if goofy == "" {
+		goofy = filepath.Join(repoRoot, "bin", "goofy-e2e-manager")
+	}
+	return Binaries{Assets: assets, ControllerManager: kcm, CAPI: capi, CAPIModule: capiModuleDir(), Goofy: goofy}
+}
+
+// capiModuleDir finds the CAPI module in the module cache without the network.
+func capiModuleDir() string {
+	modCache := os.Getenv("GOMODCACHE")
+	if modCache == "" {
+		out, err := exec.Command("go", "env", "GOMODCACHE").Output()
+		if err == nil {
+			modCache = strings.TrimSpace(string(out))
+		}
+	}
+	return filepath.Join(modCache, "sigs.k8s.io", "cluster-api@"+CAPIVersion)
+}
+
+// EnsureBinaries builds whatever is missing, showing the build scripts' progress on w: the envtest
+// binaries including kube-controller-manager (hack/envtest.sh), the CAPI managers and clusterctl
+// (hack/capi-managers.sh), and the Goofy manager from repoRoot (always rebuilt; Go's build cache
+// makes that quick when nothing changed).
+func EnsureBinaries(ctx context.Context, repoRoot string, w io.Writer) (Binaries, error) {
+	// An empty KUBEBUILDER_ASSETS makes the script build into (and report) its cache, kube-controller-manager included.
+	env := []string{"KUBEBUILDER_ASSETS=", "ENVTEST_BINARIES=kube-apiserver kubectl etcd etcdctl kube-controller-manager"}
+	assets, err := runScript(ctx, repoRoot, w, env, "hack/envtest.sh")
+	if err != nil {
+		return Binaries{}, err
+	}
+	capi, err := runScript(ctx, repoRoot, w, nil, "hack/capi-managers.sh")
+	if err != nil {
+		return Binaries{}, err
+	}
+	// The CRDs and webhook manifests come from the module source.
+	if _, err := runIn(ctx, repoRoot, w, nil, "go", "mod", "download", "sigs.k8s.io/cluster-api@"+CAPIVersion); err != nil {
+		return Binaries{}, err
+	}
+	b := DefaultBinaries(repoRoot)
+	b.Assets, b.CAPI = assets, capi
+	if _, err := os.Stat(filepath.Join(assets, "kube-controller-manager")); err == nil {
+		b.ControllerManager = filepath.Join(assets, "kube-controller-manager")
+	}
+	fmt.Fprintf(w, "[build] goofy manager -> %s\n", b.Goofy)
+	start := time.Now()
+	if _, err := runIn(ctx, repoRoot, w, nil, "go", "build", "-o", b.Goofy, "."); err != nil {
+		return Binaries{}, err
+	}
+	fmt.Fprintf(w, "[build] goofy manager built in %s\n", time.Since(start).Round(time.Second))
+	return b, b.check(true)
+}
+
+// runScript runs a build script and returns the last line of its stdout (the directory it built into).
+func runScript(ctx context.Context, repoRoot string, w io.Writer, env []string, script string) (string, error) {
+	out, err := runIn(ctx, repoRoot, w, env, filepath.Join(repoRoot, script))
+	if err != nil {
+		return "", err
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return strings.TrimSpace(lines[len(lines)-1]), nil
+}
+
+func runIn(ctx context.Context, dir string, w io.Writer, env []string, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var out strings.Builder
+	cmd.Stdout = &out
+	cmd.Stderr = w
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
+	}
+	return out.String(), nil
+}
+
+// waitHTTPSOK is waitHTTPOK for a component serving its health endpoint with a self-signed
+// certificate (kube-controller-manager); the probe checks liveness, not identity.
+func waitHTTPSOK(ctx context.Context, p *Process, url string) error {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // health probe of a local process
+	}}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not become healthy at %s: %w (log: %s)", p.Name, url, context.Cause(ctx), p.LogFile)
+		case <-p.Exited():
+			return fmt.Errorf("%s exited before becoming healthy (log: %s)", p.Name, p.LogFile)
+		case <-tick.C:
+		}
+	}
+}
