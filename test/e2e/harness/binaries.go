@@ -129,14 +129,25 @@ func EnsureBinaries(ctx context.Context, repoRoot string, w io.Writer) (Binaries
 	if _, err := os.Stat(filepath.Join(assets, "kube-controller-manager")); err == nil {
 		b.ControllerManager = filepath.Join(assets, "kube-controller-manager")
 	}
-	fmt.Fprintf(w, "[build] goofy manager -> %s\n", b.Goofy)
-	start := time.Now()
-	if _, err := runIn(ctx, repoRoot, w, nil, "go", "build", "-o", b.Goofy, "."); err != nil {
+	if err := BuildGoofy(ctx, repoRoot, b.Goofy, w); err != nil {
 		return Binaries{}, err
 	}
-	fmt.Fprintf(w, "[build] goofy manager built in %s\n", time.Since(start).Round(time.Second))
 	return b, b.check(true)
 }
+
+// BuildGoofy builds the Goofy manager (the repository's main package) into out.
+func BuildGoofy(ctx context.Context, repoRoot, out string, w io.Writer) error {
+	fmt.Fprintf(w, "[build] goofy manager -> %s\n", out)
+	start := time.Now()
+	if _, err := runIn(ctx, repoRoot, w, nil, "go", "build", "-o", out, "."); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "[build] goofy manager built in %s\n", time.Since(start).Round(time.Second))
+	return nil
+}
+
+// Check reports a missing binary (IsMissingBinary) or module source; the Goofy manager only when needGoofy.
+func (b Binaries) Check(needGoofy bool) error { return b.check(needGoofy) }
 
 // runScript runs a build script and returns the last line of its stdout (the directory it built into).
 func runScript(ctx context.Context, repoRoot string, w io.Writer, env []string, script string) (string, error) {

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/yamlprocessor"
@@ -219,4 +220,18 @@ func (p *Plane) WriteWorkloadKubeconfig(ctx context.Context, namespace, name, pa
 		return fmt.Errorf("secret %s/%s-kubeconfig has no value key", namespace, name)
 	}
 	return os.WriteFile(path, data, 0o600)
+}
+
+// WorkloadClient returns a client for the workload cluster, built from its kubeconfig Secret.
+func (p *Plane) WorkloadClient(ctx context.Context, namespace, name string) (client.Client, error) {
+	sec := &corev1.Secret{}
+	if err := p.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name + "-kubeconfig"}, sec); err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(sec.Data["value"])
+	if err != nil {
+		return nil, err
+	}
+	cfg.Timeout = 10 * time.Second
+	return client.New(cfg, client.Options{Scheme: Scheme})
 }

@@ -400,4 +400,3 @@ func missing(what string) error { return fmt.Errorf("%w: %s", errMissing, what) 
 
 // IsMissingBinary reports whether err says a binary the plane needs has not been built.
 func IsMissingBinary(err error) bool { return errors.Is(err, errMissing) }
-

@@ -1,0 +1,120 @@
+// Package e2e is the lifecycle suite: real CAPI (core, CABPK, KCP) drives Goofy on a local
+// management plane (see package harness). It runs as part of `go test ./...` whenever the plane's
+// binaries are built (hack/envtest.sh with kube-controller-manager, hack/capi-managers.sh), and
+// `make e2e` (GOOFY_E2E=1) builds them first. -short or GOOFY_E2E=0 skips it.
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/testenv"
+	"github.com/goofy-capi/cluster-api-provider-goofy/test/e2e/harness"
+)
+
+var (
+	plane      *harness.Plane
+	bins       harness.Binaries
+	skipReason string
+	repoRoot   string
+	runDir     string
+	// portRange is the Goofy manager's listener port range: exactly as many ports as the suite has
+	// clusters at most at once, so a new cluster can only get a port by reusing a freed one.
+	portRange     [2]int
+	timingsReport strings.Builder
+)
+
+const maxClusters = 3
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := func() int {
+		if reason := prepare(); reason != "" {
+			skipReason = reason
+			return m.Run()
+		}
+		defer plane.Stop()
+		code := m.Run()
+		if timingsReport.Len() > 0 {
+			fmt.Printf("\n== scenario timings\n%s", timingsReport.String())
+			_ = os.WriteFile(filepath.Join(runDir, "timings.txt"), []byte(timingsReport.String()), 0o644)
+		}
+		return code
+	}()
+	os.Exit(code)
+}
+
+// prepare builds (GOOFY_E2E=1) or finds the binaries, builds the Goofy manager and starts the
+// plane. It returns why the suite must be skipped, or "" when the plane is up.
+func prepare() string {
+	if testing.Short() || os.Getenv("GOOFY_E2E") == "0" {
+		return "end-to-end suite disabled (-short or GOOFY_E2E=0)"
+	}
+	repoRoot = testenv.RepoRoot()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	defer cancel()
+	var err error
+	if os.Getenv("GOOFY_E2E") == "1" {
+		bins, err = harness.EnsureBinaries(ctx, repoRoot, os.Stderr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: building binaries:", err)
+			os.Exit(1)
+		}
+	} else {
+		bins = harness.DefaultBinaries(repoRoot)
+		if err := bins.Check(false); err != nil {
+			return fmt.Sprintf("management plane binaries not built (make e2e builds them): %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(repoRoot, "main.go")); err != nil {
+			return "the Goofy manager (main.go) does not exist yet"
+		}
+		if err := harness.BuildGoofy(ctx, repoRoot, bins.Goofy, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: building the Goofy manager:", err)
+			os.Exit(1)
+		}
+	}
+	runDir = filepath.Join(repoRoot, "out", "e2e", "suite-"+time.Now().Format("20060102-150405"))
+	first, err := freeConsecutivePorts(maxClusters)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	portRange = [2]int{first, first + maxClusters - 1}
+	start := time.Now()
+	plane, err = harness.Start(ctx, harness.Options{
+		RepoRoot: repoRoot, OutputDir: runDir, Binaries: bins, Progress: os.Stderr,
+		ListenerPortRange: fmt.Sprintf("%d-%d", portRange[0], portRange[1]),
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: starting the management plane:", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(&timingsReport, "%-28s %6.0fs\n", "management plane start", time.Since(start).Seconds())
+	return ""
+}
+
+// freeConsecutivePorts finds n consecutive free loopback ports in 30000-39999.
+func freeConsecutivePorts(n int) (int, error) {
+	for base := 30000 + (os.Getpid()%900)*10; base < 39990; base += n {
+		ok := true
+		for p := base; p < base+n && ok; p++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+			if err != nil {
+				ok = false
+				continue
+			}
+			l.Close()
+		}
+		if ok {
+			return base, nil
+		}
+	}
+	return 0, fmt.Errorf("no %d consecutive free ports", n)
+}
