@@ -64,7 +64,8 @@ run-manager: ## Run the manager against the cluster of the current kubeconfig.
 	go run . --leader-elect=false
 
 .PHONY: run
-run: run-manager ## Run Goofy (for now: the manager against the current kubeconfig).
+run: ## Quick start: build what is missing, start a local management plane, create a cluster (3 CP + 2 workers), keep running until Ctrl-C.
+	go run ./test/e2e/cmd/quickstart
 
 ##@ Test
 
@@ -78,18 +79,30 @@ test: ## Run all tests, envtest included (builds the envtest binaries first if n
 	echo "KUBEBUILDER_ASSETS=$$assets"; \
 	KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) -timeout 45m ./...
 
+.PHONY: e2e
+e2e: ## Run the end-to-end suite against real CAPI (builds kube-controller-manager, the CAPI managers and clusterctl first, cached).
+	GOOFY_E2E=1 go test -count=1 -v -timeout 60m ./test/e2e/ ./test/e2e/harness/
+
 .PHONY: bench
 bench: ## Run the Go benchmarks of the store, API server and mux.
 	go test -run '^$$' -bench . -benchmem ./internal/...
 
 ##@ Release
 
+IMG ?= cluster-api-provider-goofy:$(VERSION)
+IMAGE_TAR ?= $(RELEASE_DIR)/image/goofy-manager-$(VERSION).tar
+
+.PHONY: image
+image: ## Build the manager image as a tarball without Docker ($(IMAGE_TAR); `docker load -i` it). `docker build .` uses the Dockerfile.
+	CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w" -o bin/manager-linux .
+	go -C hack/tools run ./imagebuild --binary $(CURDIR)/bin/manager-linux --tag $(IMG) --out $(CURDIR)/$(IMAGE_TAR)
+
 .PHONY: release-manifests
 release-manifests: $(KUSTOMIZE) ## Build a clusterctl local repository under out/infrastructure-goofy/$(VERSION).
 	@mkdir -p $(RELEASE_DIR)/infrastructure-goofy/$(VERSION)
 	$(KUSTOMIZE) build config/default > $(RELEASE_DIR)/infrastructure-goofy/$(VERSION)/infrastructure-components.yaml
 	cp metadata.yaml $(RELEASE_DIR)/infrastructure-goofy/$(VERSION)/metadata.yaml
-	cp templates/cluster-template*.yaml $(RELEASE_DIR)/infrastructure-goofy/$(VERSION)/
+	cp templates/cluster-template*.yaml templates/clusterclass-*.yaml $(RELEASE_DIR)/infrastructure-goofy/$(VERSION)/
 	@echo "clusterctl local repository: $(RELEASE_DIR)/infrastructure-goofy/$(VERSION)"
 
 ##@ Tools (pinned in hack/tools/go.mod, built from Go modules into $(TOOLS_DIR))
