@@ -1,0 +1,205 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/annotations"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/finalizers"
+	"sigs.k8s.io/cluster-api/util/patch"
+	"sigs.k8s.io/cluster-api/util/paused"
+	"sigs.k8s.io/cluster-api/util/predicates"
+	"sigs.k8s.io/cluster-api/util/secret"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+
+	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
+)
+
+// GoofyClusterReconciler gives every GoofyCluster a workload cluster endpoint served by the mux.
+type GoofyClusterReconciler struct {
+	Client client.Client
+	Mux    *mux.WorkloadClustersMux
+	// WatchFilterValue, when set, restricts reconciliation to objects with the watch-filter label.
+	WatchFilterValue string
+	// Restarter, when set, holds reconciles until the listeners are restored on their ports.
+	Restarter *HotRestarter
+}
+
+// SetupWithManager registers the reconciler: GoofyClusters, and their Cluster's pause changes.
+func (r *GoofyClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
+	log := ctrl.LoggerFrom(ctx)
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&infrav1.GoofyCluster{}).
+		WithOptions(options).
+		WithEventFilter(predicates.ResourceNotPausedAndHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
+		Watches(&clusterv1.Cluster{},
+			handler.EnqueueRequestsFromMapFunc(util.ClusterToInfrastructureMapFunc(ctx, infrav1.GroupVersion.WithKind("GoofyCluster"), mgr.GetClient(), &infrav1.GoofyCluster{})),
+			builder.WithPredicates(predicates.ClusterPausedTransitions(mgr.GetScheme(), log)),
+		).
+		Complete(r)
+}
+
+// Reconcile follows CAPI's reconciler shape: owner Cluster, pause, finalizer, one deferred patch.
+func (r *GoofyClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	log := ctrl.LoggerFrom(ctx)
+	if err := r.Restarter.Wait(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	gc := &infrav1.GoofyCluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, gc); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if annotations.IsExternallyManaged(gc) {
+		log.V(4).Info("GoofyCluster is externally managed, skipping")
+		return ctrl.Result{}, nil
+	}
+	cluster, err := util.GetOwnerCluster(ctx, r.Client, gc.ObjectMeta)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if cluster == nil {
+		log.Info("Waiting for the Cluster controller to set the owner reference")
+		return ctrl.Result{}, nil
+	}
+	log = log.WithValues("Cluster", klogRef(cluster))
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, gc); err != nil || isPaused || requeue {
+		return ctrl.Result{}, err
+	}
+	if gc.DeletionTimestamp.IsZero() {
+		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, gc, infrav1.ClusterFinalizer); err != nil || added {
+			return ctrl.Result{}, err
+		}
+	}
+
+	patchHelper, err := patch.NewHelper(gc, r.Client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	defer func() {
+		if err := patchHelper.Patch(ctx, gc, patch.WithOwnedConditions{Conditions: []string{
+			infrav1.ReadyCondition, infrav1.LoadBalancerReadyCondition, infrav1.PausedCondition,
+		}}); err != nil {
+			reterr = kerrors.NewAggregate([]error{reterr, err})
+		}
+	}()
+
+	if !gc.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, cluster, gc)
+	}
+	return ctrl.Result{}, r.reconcileNormal(ctx, cluster, gc)
+}
+
+func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Cluster, gc *infrav1.GoofyCluster) error {
+	key := mux.ClusterKey(gc.Namespace, cluster.Name)
+
+	// Keep a recorded endpoint's port: after a restart the listener comes back where clients expect it.
+	var l *mux.WorkloadClusterListener
+	var err error
+	if port := int(gc.Spec.ControlPlaneEndpoint.Port); port != 0 {
+		l, err = r.Mux.InitWorkloadClusterListenerOnPort(key, port)
+	} else {
+		l, err = r.Mux.InitWorkloadClusterListener(key)
+	}
+	if err != nil {
+		reason := infrav1.ListenerFailedReason
+		if errors.Is(err, mux.ErrPortRangeExhausted) {
+			reason = infrav1.PortRangeExhaustedReason
+		}
+		setNotReady(gc, infrav1.LoadBalancerReadyCondition, reason, err.Error())
+		setNotReady(gc, infrav1.ReadyCondition, reason, err.Error())
+		return err
+	}
+
+	switch {
+	case gc.Spec.ControlPlaneEndpoint.Host == "":
+		gc.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: l.Host(), Port: int32(l.Port())}
+	case gc.Spec.ControlPlaneEndpoint.Host != l.Host():
+		// The advertised host changed (a new pod IP after a restart): move the endpoint and the
+		// kubeconfig CAPI generated from it, so clients reach the cluster again.
+		if err := r.repairKubeconfig(ctx, cluster, l); err != nil {
+			setNotReady(gc, infrav1.LoadBalancerReadyCondition, infrav1.ListenerFailedReason, err.Error())
+			return err
+		}
+		ctrl.LoggerFrom(ctx).Info("Repaired the control plane endpoint after the advertised host changed",
+			"old", gc.Spec.ControlPlaneEndpoint.Host, "new", l.Host())
+		gc.Spec.ControlPlaneEndpoint.Host = l.Host()
+	}
+
+	gc.Status.FailureDomains = nil
+	for _, fd := range gc.Spec.FailureDomains {
+		gc.Status.FailureDomains = append(gc.Status.FailureDomains, clusterv1.FailureDomain{
+			Name: fd.Name, ControlPlane: fd.ControlPlane, Attributes: fd.Attributes,
+		})
+	}
+	gc.Status.Initialization.Provisioned = ptr.To(true)
+	setTrue(gc, infrav1.LoadBalancerReadyCondition, infrav1.ReadyReason, "")
+	setTrue(gc, infrav1.ReadyCondition, infrav1.ReadyReason, "")
+	return nil
+}
+
+// repairKubeconfig rewrites the server URL of the <cluster>-kubeconfig secret to the listener.
+func (r *GoofyClusterReconciler) repairKubeconfig(ctx context.Context, cluster *clusterv1.Cluster, l *mux.WorkloadClusterListener) error {
+	s := &corev1.Secret{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: secret.Name(cluster.Name, secret.Kubeconfig)}, s)
+	if apierrors.IsNotFound(err) {
+		return nil // CAPI writes it later, from the repaired endpoint
+	}
+	if err != nil {
+		return err
+	}
+	cfg, err := clientcmd.Load(s.Data[secret.KubeconfigDataName])
+	if err != nil {
+		return fmt.Errorf("parsing %s: %w", s.Name, err)
+	}
+	server := "https://" + net.JoinHostPort(l.Host(), strconv.Itoa(l.Port()))
+	for _, c := range cfg.Clusters {
+		c.Server = server
+	}
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return err
+	}
+	s.Data[secret.KubeconfigDataName] = data
+	return r.Client.Update(ctx, s)
+}
+
+func (r *GoofyClusterReconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Cluster, gc *infrav1.GoofyCluster) error {
+	setNotReady(gc, infrav1.ReadyCondition, infrav1.DeletingReason, "")
+	if err := r.Mux.DeleteWorkloadClusterListener(mux.ClusterKey(gc.Namespace, cluster.Name)); err != nil {
+		return err
+	}
+	ctrl.LoggerFrom(ctx).Info("Released the workload cluster listener and store")
+	controllerutil.RemoveFinalizer(gc, infrav1.ClusterFinalizer)
+	return nil
+}
+
+func setTrue(obj conditions.Setter, condType, reason, message string) {
+	conditions.Set(obj, metav1.Condition{Type: condType, Status: metav1.ConditionTrue, Reason: reason, Message: message})
+}
+
+func setNotReady(obj conditions.Setter, condType, reason, message string) {
+	conditions.Set(obj, metav1.Condition{Type: condType, Status: metav1.ConditionFalse, Reason: reason, Message: message})
+}
+
+func klogRef(obj metav1.Object) string { return obj.GetNamespace() + "/" + obj.GetName() }

@@ -1,0 +1,240 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/annotations"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/finalizers"
+	"sigs.k8s.io/cluster-api/util/patch"
+	"sigs.k8s.io/cluster-api/util/paused"
+	"sigs.k8s.io/cluster-api/util/predicates"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+
+	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
+)
+
+// NodeNotReadyAnnotation on a GoofyMachine makes its simulated Node NotReady (failure injection for
+// MachineHealthCheck rehearsals). Remove it to make the Node Ready again.
+const NodeNotReadyAnnotation = "goofy.infrastructure.cluster.x-k8s.io/node-not-ready"
+
+// waitForListener is how long a machine waits for its cluster's listener, which the GoofyCluster
+// reconciler re-creates after a restart.
+const waitForListener = time.Second
+
+// GoofyMachineReconciler simulates the provisioning of a machine in phases: VM, Node and, for
+// control-plane machines, etcd member and API server.
+type GoofyMachineReconciler struct {
+	Client client.Client
+	Mux    *mux.WorkloadClustersMux
+	// WatchFilterValue, when set, restricts reconciliation to objects with the watch-filter label.
+	WatchFilterValue string
+	// Restarter, when set, holds reconciles until the listeners are restored on their ports.
+	Restarter *HotRestarter
+	// Clock drives phase timing; tests use a fake one.
+	Clock clock.PassiveClock
+
+	ips ipAllocator
+}
+
+// SetupWithManager registers the reconciler: GoofyMachines, their Machines, and their Cluster's
+// pause, infrastructure and control-plane transitions.
+func (r *GoofyMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
+	log := ctrl.LoggerFrom(ctx)
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	clusterToMachines, err := util.ClusterToTypedObjectsMapper(mgr.GetClient(), &infrav1.GoofyMachineList{}, mgr.GetScheme())
+	if err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&infrav1.GoofyMachine{}).
+		WithOptions(options).
+		WithEventFilter(predicates.ResourceNotPausedAndHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
+		Watches(&clusterv1.Machine{},
+			handler.EnqueueRequestsFromMapFunc(util.MachineToInfrastructureMapFunc(infrav1.GroupVersion.WithKind("GoofyMachine"))),
+		).
+		Watches(&clusterv1.Cluster{},
+			handler.EnqueueRequestsFromMapFunc(clusterToMachines),
+			builder.WithPredicates(predicates.Any(mgr.GetScheme(), log,
+				predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), log),
+				predicates.ClusterControlPlaneInitialized(mgr.GetScheme(), log),
+			)),
+		).
+		Complete(r)
+}
+
+// Reconcile follows CAPI's reconciler shape: owner Machine and Cluster, pause, finalizer, one
+// deferred patch that owns the phase conditions.
+func (r *GoofyMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	log := ctrl.LoggerFrom(ctx)
+	if err := r.Restarter.Wait(ctx); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	gm := &infrav1.GoofyMachine{}
+	if err := r.Client.Get(ctx, req.NamespacedName, gm); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if annotations.IsExternallyManaged(gm) {
+		log.V(4).Info("GoofyMachine is externally managed, skipping")
+		return ctrl.Result{}, nil
+	}
+	machine, err := util.GetOwnerMachine(ctx, r.Client, gm.ObjectMeta)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if machine == nil {
+		if !gm.DeletionTimestamp.IsZero() {
+			return ctrl.Result{}, r.releaseOrphan(ctx, gm)
+		}
+		log.Info("Waiting for the Machine controller to set the owner reference")
+		return ctrl.Result{}, nil
+	}
+	log = log.WithValues("Machine", klogRef(machine))
+	cluster, err := util.GetClusterFromMetadata(ctx, r.Client, machine.ObjectMeta)
+	if err != nil {
+		if apierrors.IsNotFound(err) && !gm.DeletionTimestamp.IsZero() {
+			// The Cluster is gone already: nothing left to tear down in the mux but this machine.
+			return ctrl.Result{}, r.releaseOrphan(ctx, gm)
+		}
+		log.Info("Waiting for the Machine's Cluster", "reason", err.Error())
+		return ctrl.Result{}, nil
+	}
+	log = log.WithValues("Cluster", klogRef(cluster))
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, gm); err != nil || isPaused || requeue {
+		return ctrl.Result{}, err
+	}
+	if gm.DeletionTimestamp.IsZero() {
+		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, gm, infrav1.MachineFinalizer); err != nil || added {
+			return ctrl.Result{}, err
+		}
+	}
+
+	patchHelper, err := patch.NewHelper(gm, r.Client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	defer func() {
+		if err := patchHelper.Patch(ctx, gm, patch.WithOwnedConditions{Conditions: []string{
+			infrav1.ReadyCondition, infrav1.VMProvisionedCondition, infrav1.NodeProvisionedCondition,
+			infrav1.EtcdProvisionedCondition, infrav1.APIServerProvisionedCondition, infrav1.PausedCondition,
+		}}); err != nil {
+			reterr = kerrors.NewAggregate([]error{reterr, err})
+		}
+	}()
+
+	s := &machineScope{cluster: cluster, machine: machine, gm: gm, key: mux.ClusterKey(cluster.Namespace, cluster.Name)}
+	if !gm.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, s)
+	}
+	return r.reconcileNormal(ctx, s)
+}
+
+// machineScope is what one reconcile knows about a machine.
+type machineScope struct {
+	cluster *clusterv1.Cluster
+	machine *clusterv1.Machine
+	gm      *infrav1.GoofyMachine
+	key     string // the workload cluster in the mux
+}
+
+func (s *machineScope) controlPlane() bool { return util.IsControlPlaneMachine(s.machine) }
+
+// nodeName is the Node's (and etcd member's) name: the Machine's name.
+func (s *machineScope) nodeName() string { return s.machine.Name }
+
+func (r *GoofyMachineReconciler) reconcileNormal(ctx context.Context, s *machineScope) (ctrl.Result, error) {
+	if reason, msg := r.waitingFor(s); reason != "" {
+		setWaiting(s.gm, infrav1.VMProvisionedCondition, reason, msg)
+		setSummary(s)
+		return ctrl.Result{}, nil
+	}
+	l, ok := r.Mux.Listener(s.key)
+	if !ok {
+		setWaiting(s.gm, infrav1.VMProvisionedCondition, infrav1.WaitingForClusterInfrastructureReason, "waiting for the workload cluster listener")
+		setSummary(s)
+		return ctrl.Result{RequeueAfter: waitForListener}, nil
+	}
+	res, err := r.runPhases(ctx, s, l)
+	setSummary(s)
+	return res, err
+}
+
+// waitingFor returns why provisioning cannot start yet.
+func (r *GoofyMachineReconciler) waitingFor(s *machineScope) (reason, message string) {
+	switch {
+	case !ptr.Deref(s.cluster.Status.Initialization.InfrastructureProvisioned, false):
+		return infrav1.WaitingForClusterInfrastructureReason, "waiting for the Cluster's infrastructure to be provisioned"
+	case s.machine.Spec.Bootstrap.DataSecretName == nil:
+		return infrav1.WaitingForBootstrapDataReason, "waiting for the Machine's bootstrap data secret"
+	case !s.controlPlane() && !ptr.Deref(s.cluster.Status.Initialization.ControlPlaneInitialized, false):
+		return infrav1.WaitingForControlPlaneInitializedReason, "waiting for the control plane to be initialized"
+	}
+	return "", ""
+}
+
+func (r *GoofyMachineReconciler) reconcileDelete(ctx context.Context, s *machineScope) error {
+	conditions.Set(s.gm, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionFalse, Reason: infrav1.DeletingReason})
+	if l, ok := r.Mux.Listener(s.key); ok {
+		if err := r.teardown(ctx, s, l); err != nil {
+			return err
+		}
+	}
+	r.ips.release(s.key, s.gm.Name)
+	controllerutil.RemoveFinalizer(s.gm, infrav1.MachineFinalizer)
+	return nil
+}
+
+// releaseOrphan removes the finalizer of a machine whose Machine or Cluster is already gone; the
+// workload cluster's store goes with its GoofyCluster.
+func (r *GoofyMachineReconciler) releaseOrphan(ctx context.Context, gm *infrav1.GoofyMachine) error {
+	ctrl.LoggerFrom(ctx).Info("Owner already deleted, releasing the GoofyMachine")
+	if clusterName := gm.Labels[clusterv1.ClusterNameLabel]; clusterName != "" {
+		r.ips.release(mux.ClusterKey(gm.Namespace, clusterName), gm.Name)
+	}
+	orig := gm.DeepCopy()
+	controllerutil.RemoveFinalizer(gm, infrav1.MachineFinalizer)
+	return client.IgnoreNotFound(r.Client.Patch(ctx, gm, client.MergeFrom(orig)))
+}
+
+func setWaiting(gm *infrav1.GoofyMachine, condType, reason, message string) {
+	conditions.Set(gm, metav1.Condition{Type: condType, Status: metav1.ConditionUnknown, Reason: reason, Message: message})
+}
+
+// setSummary sets Ready from the phase conditions that apply to this machine.
+func setSummary(s *machineScope) {
+	for _, p := range phasesFor(s) {
+		c := conditions.Get(s.gm, p.condition)
+		if c == nil || c.Status != metav1.ConditionTrue {
+			reason, msg := infrav1.ProvisioningReason, fmt.Sprintf("%s is not yet true", p.condition)
+			if c != nil {
+				reason = c.Reason
+				if c.Message != "" {
+					msg = c.Message
+				}
+			}
+			conditions.Set(s.gm, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionFalse, Reason: reason, Message: msg})
+			return
+		}
+	}
+	conditions.Set(s.gm, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionTrue, Reason: infrav1.ReadyReason})
+}

@@ -1,0 +1,214 @@
+// Command manager runs the Goofy infrastructure provider: the GoofyCluster and GoofyMachine
+// reconcilers and the WorkloadClustersMux that serves the simulated workload clusters.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
+	"github.com/goofy-capi/cluster-api-provider-goofy/controllers"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
+)
+
+var scheme = runtime.NewScheme()
+
+func init() {
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = clusterv1.AddToScheme(scheme)
+	_ = infrav1.AddToScheme(scheme)
+}
+
+type options struct {
+	leaderElect              bool
+	leaderElectLeaseDuration time.Duration
+	leaderElectRenewDeadline time.Duration
+	leaderElectRetryPeriod   time.Duration
+	leaderElectNamespace     string
+	namespace                string
+	watchFilter              string
+	goofyClusterConcurrency  int
+	goofyMachineConcurrency  int
+	kubeAPIQPS               float32
+	kubeAPIBurst             int
+	syncPeriod               time.Duration
+	metricsBindAddress       string
+	healthProbeBindAddress   string
+	listenerHost             string
+	listenerBindAddress      string
+	listenerPortRange        string
+	shutdownTimeout          time.Duration
+}
+
+func (o *options) addFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Enable leader election; only the leader serves workload clusters.")
+	fs.DurationVar(&o.leaderElectLeaseDuration, "leader-elect-lease-duration", 15*time.Second, "Duration non-leaders wait before trying to acquire leadership.")
+	fs.DurationVar(&o.leaderElectRenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "Duration the leader retries refreshing leadership before giving up.")
+	fs.DurationVar(&o.leaderElectRetryPeriod, "leader-elect-retry-period", 2*time.Second, "Duration between leader election attempts.")
+	fs.StringVar(&o.leaderElectNamespace, "leader-elect-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
+	fs.StringVar(&o.namespace, "namespace", "", "Namespace to watch; empty watches all namespaces.")
+	fs.StringVar(&o.watchFilter, "watch-filter", "", fmt.Sprintf("Only reconcile objects whose %s label has this value; empty reconciles all.", clusterv1.WatchLabel))
+	fs.IntVar(&o.goofyClusterConcurrency, "goofycluster-concurrency", 10, "Number of GoofyClusters reconciled in parallel.")
+	fs.IntVar(&o.goofyMachineConcurrency, "goofymachine-concurrency", 10, "Number of GoofyMachines reconciled in parallel.")
+	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 20, "Maximum queries per second to the management cluster's API server.")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 30, "Maximum burst of queries to the management cluster's API server.")
+	fs.DurationVar(&o.syncPeriod, "sync-period", 10*time.Minute, "Minimum interval at which every watched object is reconciled again.")
+	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", ":8080", "Address of the metrics endpoint (plain HTTP; also serves /debug/listeners); \"0\" disables it.")
+	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", ":9440", "Address of the /healthz and /readyz probes.")
+	fs.StringVar(&o.listenerHost, "listener-host", envOr("POD_IP", "127.0.0.1"), "Host advertised in workload cluster endpoints (default: $POD_IP, else 127.0.0.1).")
+	fs.StringVar(&o.listenerBindAddress, "listener-bind-address", "", "Address workload cluster listeners bind to (default: the listener host if it is an IP, else 0.0.0.0).")
+	fs.StringVar(&o.listenerPortRange, "listener-port-range", fmt.Sprintf("%d-%d", mux.DefaultPortMin, mux.DefaultPortMax), "Inclusive port range of workload cluster listeners, e.g. 20000-29999.")
+	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "How long in-flight workload cluster requests may take on shutdown.")
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func parsePortRange(s string) (int, int, error) {
+	lo, hi, ok := strings.Cut(s, "-")
+	if !ok {
+		return 0, 0, fmt.Errorf("--listener-port-range %q: want MIN-MAX", s)
+	}
+	min, err1 := strconv.Atoi(strings.TrimSpace(lo))
+	max, err2 := strconv.Atoi(strings.TrimSpace(hi))
+	if err1 != nil || err2 != nil || min < 1 || max > 65535 || min > max {
+		return 0, 0, fmt.Errorf("--listener-port-range %q: want MIN-MAX within 1-65535", s)
+	}
+	return min, max, nil
+}
+
+func main() {
+	var o options
+	fs := pflag.CommandLine
+	o.addFlags(fs)
+	zapOpts := zap.Options{}
+	goFlags := flag.NewFlagSet("", flag.ExitOnError)
+	zapOpts.BindFlags(goFlags)
+	fs.AddGoFlagSet(goFlags)
+	fs.AddGoFlagSet(flag.CommandLine) // --kubeconfig, registered by controller-runtime
+	pflag.Parse()
+
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	log := ctrl.Log.WithName("setup")
+	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
+		log.Error(err, "Manager failed")
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	log := ctrl.Log.WithName("setup")
+	portMin, portMax, err := parsePortRange(o.listenerPortRange)
+	if err != nil {
+		return err
+	}
+
+	restConfig := ctrl.GetConfigOrDie()
+	restConfig.QPS, restConfig.Burst = o.kubeAPIQPS, o.kubeAPIBurst
+	restConfig.UserAgent = "goofy-manager"
+
+	wcl, err := mux.NewWorkloadClustersMux(store.NewManager(), o.listenerHost,
+		mux.WithPortRange(portMin, portMax), mux.WithBindAddress(o.listenerBindAddress), mux.WithLogger(ctrl.Log.WithName("mux")))
+	if err != nil {
+		return err
+	}
+
+	cacheOpts := cache.Options{SyncPeriod: &o.syncPeriod}
+	if o.namespace != "" {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.namespace: {}}
+	}
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                  scheme,
+		LeaderElection:          o.leaderElect,
+		LeaderElectionID:        "controller-leader-election-goofy",
+		LeaderElectionNamespace: o.leaderElectNamespace,
+		LeaseDuration:           &o.leaderElectLeaseDuration,
+		RenewDeadline:           &o.leaderElectRenewDeadline,
+		RetryPeriod:             &o.leaderElectRetryPeriod,
+		// Losing leadership ends the process, which drops every listener with it.
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cacheOpts,
+		// Secrets are read rarely (CAs, once per machine); caching every Secret would cost memory.
+		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Metrics: metricsserver.Options{
+			BindAddress: o.metricsBindAddress,
+			ExtraHandlers: map[string]http.Handler{
+				"/debug/listeners": listenersHandler(wcl),
+			},
+		},
+		HealthProbeBindAddress: o.healthProbeBindAddress,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+
+	restarter := &controllers.HotRestarter{Reader: mgr.GetAPIReader(), Mux: wcl, Namespace: o.namespace}
+	if err := mgr.Add(restarter); err != nil {
+		return err
+	}
+	// Stop the listeners gracefully when the manager stops.
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+		defer cancel()
+		return wcl.Shutdown(shutdownCtx)
+	})); err != nil {
+		return err
+	}
+
+	if err := (&controllers.GoofyClusterReconciler{
+		Client: mgr.GetClient(), Mux: wcl, WatchFilterValue: o.watchFilter, Restarter: restarter,
+	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.goofyClusterConcurrency}); err != nil {
+		return fmt.Errorf("setting up the GoofyCluster controller: %w", err)
+	}
+	if err := (&controllers.GoofyMachineReconciler{
+		Client: mgr.GetClient(), Mux: wcl, WatchFilterValue: o.watchFilter, Restarter: restarter,
+	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.goofyMachineConcurrency}); err != nil {
+		return fmt.Errorf("setting up the GoofyMachine controller: %w", err)
+	}
+
+	log.Info("Starting manager", "listenerHost", o.listenerHost, "portRange", o.listenerPortRange, "namespace", o.namespace, "watchFilter", o.watchFilter)
+	return mgr.Start(ctx)
+}
+
+// listenersHandler shows the mux's listeners as JSON, for debugging.
+func listenersHandler(m *mux.WorkloadClustersMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(m.Describe())
+	})
+}
