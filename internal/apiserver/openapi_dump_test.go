@@ -25,7 +25,8 @@ func TestDumpOpenAPI(t *testing.T) {
 	if assets == "" {
 		t.Fatal("kube-apiserver binary not found; run hack/envtest.sh or set KUBEBUILDER_ASSETS")
 	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
+	// Generous start timeout: this runs on shared, busy CI machines.
+	env := &envtest.Environment{BinaryAssetsDirectory: assets, ControlPlaneStartTimeout: 5 * time.Minute}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatal(err)
