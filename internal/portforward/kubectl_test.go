@@ -160,7 +160,7 @@ func TestKubectlPortForwardWithEtcdctl(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	g.Expect(clientcmd.WriteToFile(clientcmdapi.Config{
 		Clusters:       map[string]*clientcmdapi.Cluster{"wl": {Server: e.config.Host, CertificateAuthorityData: e.config.CAData}},
-		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"admin": {}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"admin": {Token: "unused"}}, // empty credentials make kubectl prompt
 		Contexts:       map[string]*clientcmdapi.Context{"wl": {Cluster: "wl", AuthInfo: "admin"}},
 		CurrentContext: "wl",
 	}, kubeconfig)).To(Succeed())
