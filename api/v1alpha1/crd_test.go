@@ -300,4 +300,3 @@ func parse(t *testing.T, doc, name string) *unstructured.Unstructured {
 	u.SetNamespace("default")
 	return u
 }
-

@@ -360,3 +360,9 @@ func (m *WorkloadClustersMux) Shutdown(ctx context.Context) error {
 	wg.Wait()
 	return ctx.Err()
 }
+
+// InitWorkloadClusterListenerOnPort is InitWorkloadClusterListener on a given port: the port a
+// cluster's endpoint already records. An existing listener on another port is an error.
+func (m *WorkloadClustersMux) InitWorkloadClusterListenerOnPort(wclName string, port int) (*WorkloadClusterListener, error) {
+	return m.initListener(wclName, port)
+}
