@@ -102,7 +102,7 @@ var printers = map[schema.GroupKind]printer{
 			col("External-IP", "string", 0), col("Port(s)", "string", 0), colAge, col("Selector", "string", 1)},
 		cells: func(o runtime.Object) []any {
 			s := o.(*corev1.Service)
-			return []any{s.Name, string(s.Spec.Type), orNone(s.Spec.ClusterIP), serviceExternalIP(s),
+			return []any{s.Name, string(serviceType(s)), orNone(s.Spec.ClusterIP), serviceExternalIP(s),
 				servicePorts(s), age(s.CreationTimestamp), selectorString(s.Spec.Selector)}
 		},
 	},
@@ -388,8 +388,17 @@ func podSummary(p *corev1.Pod) (ready, total int, restarts, status string) {
 	return ready, total, restarts, status
 }
 
+// serviceType is the effective type: an unset type means ClusterIP (the API default, which the
+// store does not apply).
+func serviceType(s *corev1.Service) corev1.ServiceType {
+	if s.Spec.Type == "" {
+		return corev1.ServiceTypeClusterIP
+	}
+	return s.Spec.Type
+}
+
 func serviceExternalIP(s *corev1.Service) string {
-	switch s.Spec.Type {
+	switch serviceType(s) {
 	case corev1.ServiceTypeClusterIP, corev1.ServiceTypeNodePort:
 		if len(s.Spec.ExternalIPs) > 0 {
 			return strings.Join(s.Spec.ExternalIPs, ",")

@@ -1,0 +1,319 @@
+package apiserver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+// kubectl runs the real kubectl binary (from the envtest build) against a test cluster.
+type kubectl struct {
+	t          *testing.T
+	bin        string
+	kubeconfig string
+	home       string
+}
+
+func newKubectl(t *testing.T, env *testEnv) *kubectl {
+	t.Helper()
+	dir := envtestAssets("kubectl")
+	if dir == "" {
+		t.Skip("kubectl binary not found (run hack/envtest.sh or set KUBEBUILDER_ASSETS)")
+	}
+	home := t.TempDir()
+	kc := filepath.Join(home, "kubeconfig")
+	cfg := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: goofy
+  cluster:
+    server: %s
+contexts:
+- name: goofy
+  context: {cluster: goofy, user: goofy, namespace: default}
+current-context: goofy
+users:
+- name: goofy
+  user: {}
+`, env.server.URL)
+	if err := os.WriteFile(kc, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return &kubectl{t: t, bin: filepath.Join(dir, "kubectl"), kubeconfig: kc, home: home}
+}
+
+func (k *kubectl) cmd(c context.Context, stdin string, args ...string) *exec.Cmd {
+	args = append([]string{"--kubeconfig", k.kubeconfig, "--cache-dir", filepath.Join(k.home, "cache")}, args...)
+	cmd := exec.CommandContext(c, k.bin, args...)
+	cmd.Env = append(os.Environ(), "HOME="+k.home, "KUBECONFIG="+k.kubeconfig)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	return cmd
+}
+
+// run executes kubectl and fails the test on a non-zero exit; it returns stdout and stderr.
+func (k *kubectl) run(stdin string, args ...string) (string, string) {
+	k.t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := k.cmd(c, stdin, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		k.t.Fatalf("kubectl %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out.String(), errOut.String())
+	}
+	return out.String(), errOut.String()
+}
+
+const manifests = `apiVersion: v1
+kind: Namespace
+metadata:
+  name: demo
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+  namespace: demo
+data:
+  mode: fast
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: demo
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.27
+        ports:
+        - containerPort: 80
+      - name: sidecar
+        image: busybox
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: demo
+spec:
+  selector: {app: web}
+  ports:
+  - port: 80
+    protocol: TCP
+`
+
+// TestKubectl drives the everyday kubectl commands against the handler.
+func TestKubectl(t *testing.T) {
+	g := NewWithT(t)
+	env := newTestEnv(t, Options{})
+	k := newKubectl(t, env)
+	cs := env.clientset(t)
+	c := ctx(t)
+
+	out, _ := k.run("", "version", "-o", "json")
+	g.Expect(out).To(ContainSubstring(`"gitVersion": "v1.36.3"`))
+
+	out, _ = k.run("", "api-resources")
+	g.Expect(out).To(MatchRegexp(`(?m)^pods\s+po\s+v1\s+true\s+Pod$`))
+	g.Expect(out).To(MatchRegexp(`(?m)^deployments\s+deploy\s+apps/v1\s+true\s+Deployment$`))
+
+	// Client-side apply with kubectl's default (strict) validation, twice: create, then a
+	// three-way strategic merge patch computed from our OpenAPI.
+	out, errOut := k.run(manifests, "apply", "-f", "-")
+	g.Expect(out).To(ContainSubstring("deployment.apps/web created"))
+	g.Expect(errOut).NotTo(ContainSubstring("Warning"))
+	out, _ = k.run(strings.Replace(manifests, "image: busybox", "image: busybox:1.36", 1), "apply", "-f", "-")
+	g.Expect(out).To(ContainSubstring("deployment.apps/web configured"))
+	g.Expect(out).To(ContainSubstring("configmap/settings unchanged"))
+	dep, err := cs.AppsV1().Deployments("demo").Get(c, "web", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(dep.Spec.Template.Spec.Containers).To(HaveLen(2))
+	g.Expect(dep.Spec.Template.Spec.Containers[1].Image).To(Equal("busybox:1.36"))
+
+	// Unknown fields are rejected by server-side validation.
+	bad := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bad, namespace: demo}\ndatta: {a: b}\n"
+	cmd := k.cmd(c, bad, "apply", "-f", "-")
+	res, err := cmd.CombinedOutput()
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(string(res)).To(ContainSubstring(`unknown field "datta"`))
+
+	// Server-side apply with a field manager.
+	ssa := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ssa, namespace: demo}\ndata: {owner: kubectl}\n"
+	out, _ = k.run(ssa, "apply", "--server-side", "-f", "-")
+	g.Expect(out).To(ContainSubstring("configmap/ssa serverside-applied"))
+	cm, err := cs.CoreV1().ConfigMaps("demo").Get(c, "ssa", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cm.ManagedFields).To(ContainElement(HaveField("Manager", "kubectl")))
+
+	// get -o wide / yaml on nodes.
+	createNode(t, env, readyNode("cp-0"))
+	out, _ = k.run("", "get", "nodes", "-o", "wide")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	g.Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "STATUS", "ROLES", "AGE", "VERSION", "INTERNAL-IP", "EXTERNAL-IP", "OS-IMAGE", "KERNEL-VERSION", "CONTAINER-RUNTIME"}))
+	g.Expect(lines[1]).To(MatchRegexp(`^cp-0\s+Ready\s+control-plane\s+\S+\s+v1\.36\.3\s+10\.0\.0\.4\s+<none>\s+Ubuntu 24\.04\s+6\.8\.0\s+containerd://2\.1\.0$`))
+	out, _ = k.run("", "get", "nodes")
+	g.Expect(strings.Fields(strings.SplitN(out, "\n", 2)[0])).To(Equal([]string{"NAME", "STATUS", "ROLES", "AGE", "VERSION"}))
+	out, _ = k.run("", "get", "deploy", "web", "-n", "demo", "-o", "yaml")
+	g.Expect(out).To(ContainSubstring("kind: Deployment"))
+	g.Expect(out).To(ContainSubstring("image: nginx:1.27"))
+	out, _ = k.run("", "get", "svc,cm", "-n", "demo")
+	g.Expect(out).To(MatchRegexp(`service/web\s+ClusterIP`))
+	g.Expect(out).To(ContainSubstring("80/TCP"))
+
+	// label, annotate, patch of all three kinds, scale.
+	k.run("", "label", "cm", "settings", "-n", "demo", "tier=backend")
+	k.run("", "annotate", "cm", "settings", "-n", "demo", "note=hello")
+	k.run("", "patch", "cm", "settings", "-n", "demo", "--type", "json", "-p", `[{"op":"add","path":"/data/j","value":"1"}]`)
+	k.run("", "patch", "cm", "settings", "-n", "demo", "--type", "merge", "-p", `{"data":{"m":"2"}}`)
+	k.run("", "patch", "deploy", "web", "-n", "demo", "--type", "strategic", "-p", `{"spec":{"template":{"spec":{"containers":[{"name":"web","image":"nginx:1.28"}]}}}}`)
+	cm, err = cs.CoreV1().ConfigMaps("demo").Get(c, "settings", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cm.Labels).To(HaveKeyWithValue("tier", "backend"))
+	g.Expect(cm.Annotations).To(HaveKeyWithValue("note", "hello"))
+	g.Expect(cm.Data).To(And(HaveKeyWithValue("j", "1"), HaveKeyWithValue("m", "2"), HaveKeyWithValue("mode", "fast")))
+	dep, err = cs.AppsV1().Deployments("demo").Get(c, "web", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(dep.Spec.Template.Spec.Containers).To(HaveLen(2), "strategic merge keeps the sidecar")
+	g.Expect(dep.Spec.Template.Spec.Containers[0].Image).To(Equal("nginx:1.28"))
+
+	out, _ = k.run("", "scale", "deploy", "web", "-n", "demo", "--replicas=3")
+	g.Expect(out).To(ContainSubstring("deployment.apps/web scaled"))
+	dep, err = cs.AppsV1().Deployments("demo").Get(c, "web", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(*dep.Spec.Replicas).To(BeEquivalentTo(3))
+
+	// logs.
+	_, err = cs.CoreV1().Pods("demo").Create(c, testPod("demo", "solo", "cp-0", nil), metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	out, _ = k.run("", "logs", "solo", "-n", "demo")
+	g.Expect(out).To(ContainSubstring(`simulated container "main" of pod demo/solo`))
+
+	// delete.
+	out, _ = k.run("", "delete", "cm", "settings", "-n", "demo")
+	g.Expect(out).To(ContainSubstring(`configmap "settings" deleted`))
+}
+
+// TestKubectlWatchAndWait covers the streaming commands: get -w and wait --for=condition.
+func TestKubectlWatchAndWait(t *testing.T) {
+	g := NewWithT(t)
+	env := newTestEnv(t, Options{})
+	k := newKubectl(t, env)
+	cs := env.clientset(t)
+	c := ctx(t)
+
+	// get -w: the first line is the table header plus existing objects; objects created later
+	// stream in as rows. The command is stopped once the expected row arrives.
+	_, err := cs.CoreV1().ConfigMaps("default").Create(c, configMap("", "existing", nil), metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	wctx, cancel := context.WithTimeout(c, 60*time.Second)
+	defer cancel()
+	cmd := k.cmd(wctx, "", "get", "configmaps", "-n", "default", "-w")
+	stdout, err := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cmd.Start()).To(Succeed())
+	sc := bufio.NewScanner(stdout)
+	g.Expect(sc.Scan()).To(BeTrue())
+	g.Expect(strings.Fields(sc.Text())).To(Equal([]string{"NAME", "DATA", "AGE"}))
+	g.Expect(sc.Scan()).To(BeTrue())
+	g.Expect(sc.Text()).To(HavePrefix("existing"))
+	_, err = cs.CoreV1().ConfigMaps("default").Create(c, configMap("", "watched", map[string]string{"a": "1", "b": "2"}), metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	var row string
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "watched") {
+			row = sc.Text()
+			break
+		}
+	}
+	g.Expect(strings.Fields(row)[:2]).To(Equal([]string{"watched", "2"}))
+	cancel()
+	_ = cmd.Wait()
+
+	// wait --for=condition: satisfied by a status update made while kubectl watches (or already
+	// visible to its initial list); either way kubectl must exit 0.
+	n := readyNode("w1")
+	n.Status.Conditions[0].Status = corev1.ConditionFalse
+	createNode(t, env, n)
+	wait := k.cmd(c, "", "wait", "--for=condition=Ready", "node/w1", "--timeout=60s")
+	var waitOut bytes.Buffer
+	wait.Stdout, wait.Stderr = &waitOut, &waitOut
+	g.Expect(wait.Start()).To(Succeed())
+	node, err := cs.CoreV1().Nodes().Get(c, "w1", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	node.Status.Conditions[0].Status = corev1.ConditionTrue
+	_, err = cs.CoreV1().Nodes().UpdateStatus(c, node, metav1.UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(wait.Wait()).To(Succeed(), waitOut.String())
+	g.Expect(waitOut.String()).To(ContainSubstring("node/w1 condition met"))
+}
+
+// TestKubectlDrain drains a node whose pod is covered by a PodDisruptionBudget: kubectl cordons
+// the node, finds the pod by spec.nodeName, evicts it through pods/eviction and waits until it
+// is gone.
+func TestKubectlDrain(t *testing.T) {
+	g := NewWithT(t)
+	env := newTestEnv(t, Options{})
+	k := newKubectl(t, env)
+	cs := env.clientset(t)
+	c := ctx(t)
+
+	createNode(t, env, readyNode("worker-0"))
+	pod := testPod("default", "app-0", "worker-0", map[string]string{"app": "app"})
+	pod, err := cs.CoreV1().Pods("default").Create(c, pod, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	pod.Status.Phase = corev1.PodRunning
+	_, err = cs.CoreV1().Pods("default").UpdateStatus(c, pod, metav1.UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	pdb, err := cs.PolicyV1().PodDisruptionBudgets("default").Create(c, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "app"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "app"}}},
+	}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	pdb.Status = policyv1.PodDisruptionBudgetStatus{ObservedGeneration: pdb.Generation, DisruptionsAllowed: 1, CurrentHealthy: 1, DesiredHealthy: 0, ExpectedPods: 1}
+	_, err = cs.PolicyV1().PodDisruptionBudgets("default").UpdateStatus(c, pdb, metav1.UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	out, errOut := k.run("", "drain", "worker-0", "--force", "--ignore-daemonsets", "--timeout=60s")
+	all := out + errOut
+	g.Expect(all).To(ContainSubstring("node/worker-0 cordoned"))
+	g.Expect(all).To(ContainSubstring("evicting pod default/app-0"))
+	g.Expect(all).To(ContainSubstring("node/worker-0 drained"))
+
+	node, err := cs.CoreV1().Nodes().Get(c, "worker-0", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(node.Spec.Unschedulable).To(BeTrue())
+	pods, err := cs.CoreV1().Pods("default").List(c, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pods.Items).To(BeEmpty())
+	pdb, err = cs.PolicyV1().PodDisruptionBudgets("default").Get(c, "app", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pdb.Status.DisruptionsAllowed).To(BeEquivalentTo(0), "the eviction consumed the budget")
+
+	out, _ = k.run("", "delete", "node", "worker-0")
+	g.Expect(out).To(ContainSubstring(`node "worker-0" deleted`))
+}
