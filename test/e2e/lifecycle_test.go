@@ -313,14 +313,14 @@ func TestRemediation(t *testing.T) {
 	waitFor(ctx, t, g, "qs", 6*time.Minute, "the MachineHealthCheck to replace "+victim.Name, all(replaced, workersRunning(workers), harness.Available))
 }
 
-// 5. ClusterClass: the topology flavor (cluster-template-topology.yaml + clusterclass-goofy.yaml)
-// reaches Available.
+// 5. ClusterClass: the topology flavor, as the real `clusterctl generate cluster --flavor topology`
+// renders it from the local repository (with clusterclass-goofy.yaml), reaches Available.
 func TestClusterClass(t *testing.T) {
 	ctx, g := begin(t, 12*time.Minute)
 	err := plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cc"}, &clusterv1.Cluster{})
 	if apierrors.IsNotFound(err) {
-		createCluster(ctx, g, map[string]string{"CLUSTER_NAME": "cc", "CONTROL_PLANE_MACHINE_COUNT": "1", "WORKER_MACHINE_COUNT": "1"},
-			"clusterclass-goofy.yaml", "cluster-template-topology.yaml")
+		_, err := plane.Apply(ctx, generateCluster(ctx, t, g, "cc", "topology", "1", "1"))
+		g.Expect(err).NotTo(HaveOccurred())
 	}
 	waitFor(ctx, t, g, "cc", 10*time.Minute, "Available with 1 control-plane and 1 worker",
 		all(harness.Available, controlPlaneHealthy(1), workersRunning(1)))
@@ -414,7 +414,10 @@ func TestDelete(t *testing.T) {
 	}, 5*time.Minute, 2*time.Second).Should(Succeed())
 	g.Expect(dial(ep)).NotTo(Succeed(), "the listener of the deleted cluster still accepts connections")
 
-	s := ensureCluster(ctx, t, g, "reuse", map[string]string{"CONTROL_PLANE_MACHINE_COUNT": "1", "WORKER_MACHINE_COUNT": "0"})
+	// The next cluster comes from the real `clusterctl generate cluster` (default flavor).
+	_, err := plane.Apply(ctx, generateCluster(ctx, t, g, "reuse", "", "1", "0"))
+	g.Expect(err).NotTo(HaveOccurred())
+	s := waitFor(ctx, t, g, "reuse", 10*time.Minute, "Available", harness.Available)
 	newPort := s.Cluster.Spec.ControlPlaneEndpoint.Port
 	if rangeFull {
 		g.Expect(newPort).To(Equal(ep.Port), "the next cluster did not get the freed port")

@@ -58,8 +58,13 @@ type Options struct {
 	GoofyArgs []string
 	// SkipGoofy starts the plane without the Goofy manager (CAPI alone).
 	SkipGoofy bool
+	// Bare starts etcd and kube-apiserver only: an empty management cluster (for clusterctl init).
+	Bare bool
 	// Progress receives one line per step; nil discards.
 	Progress io.Writer
+	// APIServerFlags are extra kube-apiserver flags (name without dashes -> value), e.g. the audit
+	// log the scale benchmark counts requests with.
+	APIServerFlags map[string]string
 }
 
 // Plane is a running management plane.
@@ -105,6 +110,9 @@ func (p *Plane) progress(format string, args ...any) {
 
 // Start brings the management plane up. On error everything started so far is stopped again.
 func Start(ctx context.Context, opts Options) (_ *Plane, retErr error) {
+	if opts.Bare {
+		opts.SkipGoofy = true
+	}
 	if err := opts.Binaries.check(!opts.SkipGoofy); err != nil {
 		return nil, err
 	}
@@ -119,6 +127,10 @@ func Start(ctx context.Context, opts Options) (_ *Plane, retErr error) {
 	}()
 	if err := p.startAPIServer(); err != nil {
 		return nil, err
+	}
+	if opts.Bare {
+		p.progress("bare management cluster ready")
+		return p, nil
 	}
 	if err := p.startControllerManager(ctx); err != nil {
 		return nil, err
@@ -149,6 +161,9 @@ func (p *Plane) startAPIServer() error {
 	api := p.env.ControlPlane.GetAPIServer()
 	// On loopback there is no routable address to publish in the kubernetes Service's endpoints.
 	api.Configure().Set("endpoint-reconciler-type", "none")
+	for k, v := range p.opts.APIServerFlags {
+		api.Configure().Set(k, v)
+	}
 	af, err := os.Create(p.logFile("kube-apiserver"))
 	if err != nil {
 		return err
