@@ -8,6 +8,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 )
 
 const cmPath = "/api/v1/namespaces/default/configmaps"
@@ -118,4 +119,50 @@ func TestRecoverPanics(t *testing.T) {
 	code, _, body := env.do(t, "POST", "/api/v1/namespaces/default/pods/p/portforward", "", "", "")
 	g.Expect(code).To(Equal(http.StatusInternalServerError))
 	g.Expect(body).To(ContainSubstring(`"reason":"InternalError"`))
+}
+
+// TestPortForwardHook checks pods/<name>/portforward reaches Options.PortForward with the parsed
+// request info, and is a 404 Status without a hook.
+func TestPortForwardHook(t *testing.T) {
+	g := NewWithT(t)
+	var got *apirequest.RequestInfo
+	hook := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, _ = apirequest.RequestInfoFrom(r.Context())
+		w.WriteHeader(http.StatusSwitchingProtocols)
+	})
+	env := newTestEnv(t, Options{PortForward: hook})
+	code, _, _ := env.do(t, "POST", "/api/v1/namespaces/kube-system/pods/etcd-cp-0/portforward?ports=2379", "", "", "")
+	g.Expect(code).To(Equal(http.StatusSwitchingProtocols))
+	g.Expect(got).NotTo(BeNil())
+	g.Expect(got.Namespace).To(Equal("kube-system"))
+	g.Expect(got.Name).To(Equal("etcd-cp-0"))
+	g.Expect(got.Subresource).To(Equal("portforward"))
+
+	code, _, _ = env.do(t, "DELETE", "/api/v1/namespaces/kube-system/pods/etcd-cp-0/portforward", "", "", "")
+	g.Expect(code).To(Equal(http.StatusMethodNotAllowed))
+
+	plain := newTestEnv(t, Options{})
+	code, _, body := plain.do(t, "POST", "/api/v1/namespaces/kube-system/pods/etcd-cp-0/portforward", "", "", "")
+	g.Expect(code).To(Equal(http.StatusNotFound))
+	g.Expect(body).To(ContainSubstring(`"kind":"Status"`))
+}
+
+// TestWatchPathPrefix uses the legacy /watch/ path for one object; timeoutSeconds ends the
+// stream, so the whole response can be read.
+func TestWatchPathPrefix(t *testing.T) {
+	g := NewWithT(t)
+	env := newTestEnv(t, Options{})
+	code, _, _ := env.do(t, "POST", cmPath, "application/json", "", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"one"}}`)
+	g.Expect(code).To(Equal(http.StatusCreated))
+	_, _, _ = env.do(t, "POST", cmPath, "application/json", "", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"two"}}`)
+	code, hdr, body := env.do(t, "GET", "/api/v1/watch/namespaces/default/configmaps/one?timeoutSeconds=1&resourceVersion=0", "", "", "")
+	g.Expect(code).To(Equal(http.StatusOK))
+	g.Expect(hdr.Get("Content-Type")).To(Equal("application/json"))
+	lines := strings.Split(strings.TrimSpace(body), "\n")
+	g.Expect(lines).To(HaveLen(1), body)
+	var ev metav1.WatchEvent
+	g.Expect(json.Unmarshal([]byte(lines[0]), &ev)).To(Succeed())
+	g.Expect(ev.Type).To(Equal("ADDED"))
+	g.Expect(string(ev.Object.Raw)).To(ContainSubstring(`"name":"one"`))
+	g.Expect(string(ev.Object.Raw)).To(ContainSubstring(`"kind":"ConfigMap"`))
 }
