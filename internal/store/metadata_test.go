@@ -475,3 +475,22 @@ func TestUnstructuredInput(t *testing.T) {
 	g.Expect(out.(*corev1.ConfigMap).Data).To(HaveKeyWithValue("k", "v"))
 	var _ runtime.Object = out
 }
+
+func TestCreateResetsStatusLikeTheRegistry(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	d := deployment("default", "d")
+	d.Status.Replicas = 3
+	g.Expect(mustCreate(t, c, d).(*appsv1.Deployment).Status.Replicas).To(BeZero())
+
+	p := pod("default", "p", nil)
+	p.Status.Phase = corev1.PodRunning
+	g.Expect(mustCreate(t, c, p).(*corev1.Pod).Status.Phase).To(Equal(corev1.PodPending))
+
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	g.Expect(mustCreate(t, c, n).(*corev1.Node).Status.Conditions).To(HaveLen(1), "kubelet registers nodes with status")
+
+	cm := configMap("default", "cm", map[string]string{"a": "b"})
+	g.Expect(mustCreate(t, c, cm).(*corev1.ConfigMap).Data).To(HaveLen(1), "kinds without status are untouched")
+}

@@ -3,10 +3,12 @@ package store
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/validation"
@@ -142,20 +144,46 @@ func (c *Cluster) createAppliedLocked(b *kindBehavior, obj client.Object, dryRun
 		obj.SetGeneration(1)
 	}
 	normalize(obj)
-	if ns, ok := obj.(*corev1.Namespace); ok {
-		// What the namespace strategy does on create.
-		ns.Spec.Finalizers = []corev1.FinalizerName{corev1.FinalizerKubernetes}
-		ns.Status = corev1.NamespaceStatus{Phase: corev1.NamespaceActive}
-		if ns.Labels == nil {
-			ns.Labels = map[string]string{}
-		}
-		ns.Labels[corev1.LabelMetadataName] = ns.Name
+	if b.hasStatus {
+		prepareStatusForCreate(obj)
 	}
 	if dryRun {
 		return obj, nil
 	}
 	c.putLocked(gr, obj, nil)
 	return obj, nil
+}
+
+// prepareStatusForCreate does what the real registry strategies do to the status on create: it
+// is dropped (clients write it through the status subresource afterwards), except that Nodes keep
+// theirs (kubelet registers with status) and a few kinds start in their initial phase.
+func prepareStatusForCreate(obj client.Object) {
+	switch o := obj.(type) {
+	case *corev1.Node:
+		return
+	case *corev1.Namespace:
+		o.Spec.Finalizers = []corev1.FinalizerName{corev1.FinalizerKubernetes}
+		o.Status = corev1.NamespaceStatus{Phase: corev1.NamespaceActive}
+		if o.Labels == nil {
+			o.Labels = map[string]string{}
+		}
+		o.Labels[corev1.LabelMetadataName] = o.Name
+		return
+	}
+	v := reflect.ValueOf(obj).Elem().FieldByName("Status")
+	v.Set(reflect.Zero(v.Type()))
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		o.Status.Phase = corev1.PodPending
+	case *corev1.PersistentVolume:
+		o.Status.Phase = corev1.VolumePending
+	case *apiextensionsv1.CustomResourceDefinition:
+		for _, v := range o.Spec.Versions {
+			if v.Storage {
+				o.Status.StoredVersions = []string{v.Name}
+			}
+		}
+	}
 }
 
 // normalize applies the conversions the real API server does on every write.
