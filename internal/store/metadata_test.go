@@ -494,3 +494,40 @@ func TestCreateResetsStatusLikeTheRegistry(t *testing.T) {
 	cm := configMap("default", "cm", map[string]string{"a": "b"})
 	g.Expect(mustCreate(t, c, cm).(*corev1.ConfigMap).Data).To(HaveLen(1), "kinds without status are untouched")
 }
+
+func TestDefaults(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+	out := mustCreate(t, c, svc).(*corev1.Service)
+	g.Expect(out.Spec.Type).To(Equal(corev1.ServiceTypeClusterIP))
+	g.Expect(out.Spec.Ports[0].Protocol).To(Equal(corev1.ProtocolTCP))
+	g.Expect(out.Spec.Ports[0].TargetPort.IntValue()).To(Equal(80))
+	g.Expect(out.Spec.ClusterIP).To(Equal("10.96.0.2"))
+	g.Expect(out.Spec.ClusterIPs).To(Equal([]string{"10.96.0.2"}))
+	other := mustCreate(t, c, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "other"}}).(*corev1.Service)
+	g.Expect(other.Spec.ClusterIP).To(Equal("10.96.0.3"), "addresses are not reused")
+
+	// An update that omits the defaulted and allocated fields changes nothing.
+	bare := svc.DeepCopy()
+	bare.ResourceVersion = ""
+	again, err := c.Update(servicesGR.WithVersion("v1"), "default", bare, UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again.(*corev1.Service).ResourceVersion).To(Equal(out.ResourceVersion))
+
+	d := mustCreate(t, c, deployment("default", "d")).(*appsv1.Deployment)
+	g.Expect(d.Spec.Strategy.Type).To(Equal(appsv1.RollingUpdateDeploymentStrategyType))
+	g.Expect(*d.Spec.RevisionHistoryLimit).To(Equal(int32(10)))
+	g.Expect(d.Spec.Template.Spec.RestartPolicy).To(Equal(corev1.RestartPolicyAlways))
+	g.Expect(d.Spec.Template.Spec.Containers[0].ImagePullPolicy).To(Equal(corev1.PullAlways), "untagged image")
+	// Resending the undefaulted spec is not a spec change: no generation bump.
+	bareD := deployment("default", "d")
+	out2, err := c.Update(deploymentsGVR, "default", bareD, UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out2.(*appsv1.Deployment).Generation).To(Equal(int64(1)))
+
+	p := mustCreate(t, c, pod("default", "p", nil)).(*corev1.Pod)
+	g.Expect(p.Spec.Containers[0].ImagePullPolicy).To(Equal(corev1.PullIfNotPresent), "tagged image")
+	g.Expect(p.Spec.SchedulerName).To(Equal(corev1.DefaultSchedulerName))
+}

@@ -133,6 +133,7 @@ func shared() *registry {
 			utilruntime.Must(add(s))
 		}
 		metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+		addDefaults(s)
 
 		r := &registry{
 			scheme:    s,

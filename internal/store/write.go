@@ -147,6 +147,9 @@ func (c *Cluster) createAppliedLocked(b *kindBehavior, obj client.Object, dryRun
 	if b.hasStatus {
 		prepareStatusForCreate(obj)
 	}
+	if svc, ok := obj.(*corev1.Service); ok {
+		c.allocateClusterIP(svc)
+	}
 	if dryRun {
 		return obj, nil
 	}
@@ -188,6 +191,7 @@ func prepareStatusForCreate(obj client.Object) {
 
 // normalize applies the conversions the real API server does on every write.
 func normalize(obj client.Object) {
+	Scheme().Default(obj)
 	if s, ok := obj.(*corev1.Secret); ok && len(s.StringData) > 0 {
 		// stringData is write-only: it is merged into data.
 		if s.Data == nil {
@@ -318,6 +322,9 @@ func (c *Cluster) updateLocked(b *kindBehavior, cur, next client.Object, sub str
 	next.SetDeletionGracePeriodSeconds(cur.GetDeletionGracePeriodSeconds())
 	next.SetSelfLink("")
 	normalize(next)
+	if svc, ok := next.(*corev1.Service); ok {
+		keepAllocatedIPs(svc, cur.(*corev1.Service))
+	}
 	next.SetGeneration(cur.GetGeneration())
 	if b.hasGeneration && sub == "" && !specEqual(next, cur) {
 		next.SetGeneration(cur.GetGeneration() + 1)
