@@ -188,13 +188,16 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
+	// Azure credentials come from the environment (AZURE_* variables, workload or managed
+	// identity) when an Azure-backed GoofyCluster first needs them.
+	azureClouds := &controllers.AzureClouds{}
 	if err := (&controllers.GoofyClusterReconciler{
-		Client: mgr.GetClient(), Mux: wcl, WatchFilterValue: o.watchFilter, Restarter: restarter,
+		Client: mgr.GetClient(), Mux: wcl, WatchFilterValue: o.watchFilter, Restarter: restarter, Azure: azureClouds,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.goofyClusterConcurrency}); err != nil {
 		return fmt.Errorf("setting up the GoofyCluster controller: %w", err)
 	}
 	if err := (&controllers.GoofyMachineReconciler{
-		Client: mgr.GetClient(), Mux: wcl, WatchFilterValue: o.watchFilter, Restarter: restarter,
+		Client: mgr.GetClient(), Mux: wcl, WatchFilterValue: o.watchFilter, Restarter: restarter, Azure: azureClouds,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.goofyMachineConcurrency}); err != nil {
 		return fmt.Errorf("setting up the GoofyMachine controller: %w", err)
 	}

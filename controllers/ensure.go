@@ -30,6 +30,21 @@ func (r *GoofyMachineReconciler) ensureVM(ctx context.Context, s *machineScope, 
 	if gm.Spec.ProviderID == "" {
 		gm.Spec.ProviderID = fmt.Sprintf("goofy://%s/%s/%s", gm.Namespace, s.cluster.Name, gm.Name)
 	}
+	if s.instance != nil {
+		// Azure: the instance's own identity.
+		gm.Status.Addresses = []clusterv1.MachineAddress{
+			{Type: clusterv1.MachineHostName, Address: s.instance.Name},
+			{Type: clusterv1.MachineInternalIP, Address: s.instance.VPCIP},
+		}
+		if s.instance.Zone != "" {
+			gm.Status.FailureDomain = s.instance.Zone
+		}
+		gm.Status.Initialization.Provisioned = ptr.To(true)
+		return nil
+	}
+	if s.azure() {
+		return nil // bound instance gone: keep the recorded identity
+	}
 	ip, err := r.nodeIP(ctx, s)
 	if err != nil {
 		return err
@@ -91,7 +106,7 @@ func (r *GoofyMachineReconciler) ensureNode(ctx context.Context, s *machineScope
 	if err != nil {
 		return err
 	}
-	ready := s.gm.Annotations[NodeNotReadyAnnotation] == ""
+	ready := s.gm.Annotations[NodeNotReadyAnnotation] == "" && !s.instanceGone
 	now := metav1.NewTime(r.Clock.Now())
 	node := &corev1.Node{}
 	err = c.Get(ctx, client.ObjectKey{Name: s.nodeName()}, node)

@@ -41,6 +41,8 @@ type GoofyClusterReconciler struct {
 	WatchFilterValue string
 	// Restarter, when set, holds reconciles until the listeners are restored on their ports.
 	Restarter *HotRestarter
+	// Azure serves Azure-backed GoofyClusters; nil disables that backend.
+	Azure *AzureClouds
 }
 
 // SetupWithManager registers the reconciler: GoofyClusters, and their Cluster's pause changes.
@@ -147,10 +149,20 @@ func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *c
 	}
 
 	gc.Status.FailureDomains = nil
-	for _, fd := range gc.Spec.FailureDomains {
-		gc.Status.FailureDomains = append(gc.Status.FailureDomains, clusterv1.FailureDomain{
-			Name: fd.Name, ControlPlane: fd.ControlPlane, Attributes: fd.Attributes,
-		})
+	if gc.Spec.Backend.Azure != nil {
+		// The control plane stays simulated; machines bind to Azure instances, whose zones are
+		// the failure domains.
+		if err := r.reconcileAzureCluster(ctx, key, gc); err != nil {
+			setNotReady(gc, infrav1.LoadBalancerReadyCondition, infrav1.AzureErrorReason, err.Error())
+			setNotReady(gc, infrav1.ReadyCondition, infrav1.AzureErrorReason, err.Error())
+			return err
+		}
+	} else {
+		for _, fd := range gc.Spec.FailureDomains {
+			gc.Status.FailureDomains = append(gc.Status.FailureDomains, clusterv1.FailureDomain{
+				Name: fd.Name, ControlPlane: fd.ControlPlane, Attributes: fd.Attributes,
+			})
+		}
 	}
 	gc.Status.Initialization.Provisioned = ptr.To(true)
 	setTrue(gc, infrav1.LoadBalancerReadyCondition, infrav1.ReadyReason, "")
@@ -186,8 +198,12 @@ func (r *GoofyClusterReconciler) repairKubeconfig(ctx context.Context, cluster *
 
 func (r *GoofyClusterReconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Cluster, gc *infrav1.GoofyCluster) error {
 	setNotReady(gc, infrav1.ReadyCondition, infrav1.DeletingReason, "")
-	if err := r.Mux.DeleteWorkloadClusterListener(mux.ClusterKey(gc.Namespace, cluster.Name)); err != nil {
+	key := mux.ClusterKey(gc.Namespace, cluster.Name)
+	if err := r.Mux.DeleteWorkloadClusterListener(key); err != nil {
 		return err
+	}
+	if r.Azure != nil {
+		r.Azure.forget(key)
 	}
 	ctrl.LoggerFrom(ctx).Info("Released the workload cluster listener and store")
 	controllerutil.RemoveFinalizer(gc, infrav1.ClusterFinalizer)

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/azure/metadata"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
 )
 
@@ -46,6 +47,8 @@ type GoofyMachineReconciler struct {
 	WatchFilterValue string
 	// Restarter, when set, holds reconciles until the listeners are restored on their ports.
 	Restarter *HotRestarter
+	// Azure serves machines of Azure-backed GoofyClusters; nil disables that backend.
+	Azure *AzureClouds
 	// Clock drives phase timing; tests use a fake one.
 	Clock clock.PassiveClock
 
@@ -143,6 +146,14 @@ func (r *GoofyMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}()
 
 	s := &machineScope{cluster: cluster, machine: machine, gm: gm, key: mux.ClusterKey(cluster.Namespace, cluster.Name)}
+	if ref := cluster.Spec.InfrastructureRef; ref.Name != "" {
+		gc := &infrav1.GoofyCluster{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: ref.Name}, gc); err == nil {
+			s.gc = gc
+		} else if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+	}
 	if !gm.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, s)
 	}
@@ -154,8 +165,16 @@ type machineScope struct {
 	cluster *clusterv1.Cluster
 	machine *clusterv1.Machine
 	gm      *infrav1.GoofyMachine
-	key     string // the workload cluster in the mux
+	gc      *infrav1.GoofyCluster // nil when already deleted
+	key     string                // the workload cluster in the mux
+
+	// Azure backend only: the instance the machine is bound to, or instanceGone when it vanished.
+	instance     *metadata.InstanceMetadata
+	instanceGone bool
 }
+
+// azure reports whether the machine's cluster uses the Azure backend.
+func (s *machineScope) azure() bool { return s.gc != nil && s.gc.Spec.Backend.Azure != nil }
 
 func (s *machineScope) controlPlane() bool { return util.IsControlPlaneMachine(s.machine) }
 
@@ -174,8 +193,19 @@ func (r *GoofyMachineReconciler) reconcileNormal(ctx context.Context, s *machine
 		setSummary(s)
 		return ctrl.Result{RequeueAfter: waitForListener}, nil
 	}
+	if s.azure() {
+		bound, err := r.bindAzureInstance(ctx, s)
+		if err != nil || !bound {
+			setSummary(s)
+			return ctrl.Result{RequeueAfter: azureNoInstanceRetry}, err
+		}
+	}
 	res, err := r.runPhases(ctx, s, l)
 	setSummary(s)
+	if err == nil && res.IsZero() && s.azure() {
+		// Look again later: an instance that disappears from Azure makes the node NotReady.
+		res.RequeueAfter = azureRecheckInterval
+	}
 	return res, err
 }
 
@@ -200,6 +230,11 @@ func (r *GoofyMachineReconciler) reconcileDelete(ctx context.Context, s *machine
 		}
 	}
 	r.ips.release(s.key, s.gm.Name)
+	if s.azure() && r.Azure != nil {
+		if c, err := r.Azure.cluster(ctx, s.key, s.gc.Spec.Backend.Azure); err == nil {
+			r.Azure.release(c, s.gm.Name)
+		}
+	}
 	controllerutil.RemoveFinalizer(s.gm, infrav1.MachineFinalizer)
 	return nil
 }
@@ -222,6 +257,11 @@ func setWaiting(gm *infrav1.GoofyMachine, condType, reason, message string) {
 
 // setSummary sets Ready from the phase conditions that apply to this machine.
 func setSummary(s *machineScope) {
+	if s.instanceGone {
+		conditions.Set(s.gm, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionFalse, Reason: infrav1.InstanceGoneReason,
+			Message: fmt.Sprintf("instance %s no longer exists in Azure", s.gm.Spec.ProviderID)})
+		return
+	}
 	for _, p := range phasesFor(s) {
 		c := conditions.Get(s.gm, p.condition)
 		if c == nil || c.Status != metav1.ConditionTrue {

@@ -1,0 +1,247 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/azure"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/azure/metadata"
+)
+
+// Azure backend: machines bind to VM instances discovered in Azure (by the cluster's UID tag and
+// each instance's role tag) while the control plane stays simulated by the mux.
+
+const (
+	// azureInstancesTTL bounds how stale the instance list may be; ARM throttles eager readers.
+	azureInstancesTTL = 15 * time.Second
+	// azureRecheckInterval is how often a bound machine checks that its instance still exists.
+	azureRecheckInterval = time.Minute
+	// azureNoInstanceRetry is how often a machine waiting for a free instance looks again.
+	azureNoInstanceRetry = 30 * time.Second
+)
+
+// AzureClouds keeps one azure.Cloud per GoofyCluster (clients are reused across reconciles), a
+// short-lived cache of each cluster's instances, and the instance each machine has claimed.
+type AzureClouds struct {
+	// Credential for ARM; nil means azidentity's default chain (AZURE_* variables, workload
+	// identity, managed identity).
+	Credential azcore.TokenCredential
+	// ClientOptions for the ARM clients (tests inject fake transports here).
+	ClientOptions *arm.ClientOptions
+
+	mu     sync.Mutex
+	clouds map[string]*azureCluster
+}
+
+type azureCluster struct {
+	config    infrav1.AzureClusterBackend
+	cloud     *azure.Cloud
+	listedAt  time.Time
+	instances []metadata.InstanceMetadata
+	claims    map[string]string // lower-cased provider ID -> machine name
+}
+
+// cluster returns the cached state of a GoofyCluster's Azure backend, creating its Cloud when the
+// configuration is new or changed.
+func (a *AzureClouds) cluster(ctx context.Context, key string, cfg *infrav1.AzureClusterBackend) (*azureCluster, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.clouds == nil {
+		a.clouds = map[string]*azureCluster{}
+	}
+	if c, ok := a.clouds[key]; ok && equalAzureConfig(c.config, *cfg) {
+		return c, nil
+	}
+	spec := azure.CloudSpec{}
+	if cfg.Cloud != nil {
+		spec = azure.CloudSpec{Name: string(cfg.Cloud.Name), ResourceManagerEndpoint: cfg.Cloud.ResourceManagerEndpoint,
+			ResourceManagerAudience: cfg.Cloud.ResourceManagerAudience, ActiveDirectoryAuthorityHost: cfg.Cloud.ActiveDirectoryAuthorityHost}
+	}
+	cloud, err := azure.NewWithConfig(ctx, azure.Config{
+		SubscriptionID: cfg.SubscriptionID, ResourceGroup: cfg.ResourceGroup, ClusterUID: cfg.ClusterUID,
+		Cloud: spec, Credential: a.Credential, ClientOptions: a.ClientOptions,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c := &azureCluster{config: *cfg.DeepCopy(), cloud: cloud, claims: map[string]string{}}
+	a.clouds[key] = c
+	return c, nil
+}
+
+func equalAzureConfig(a, b infrav1.AzureClusterBackend) bool {
+	if (a.Cloud == nil) != (b.Cloud == nil) || a.Cloud != nil && *a.Cloud != *b.Cloud {
+		return false
+	}
+	return a.SubscriptionID == b.SubscriptionID && a.ResourceGroup == b.ResourceGroup && a.ClusterUID == b.ClusterUID
+}
+
+// forget drops a cluster's clients and claims (the GoofyCluster is gone).
+func (a *AzureClouds) forget(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.clouds, key)
+}
+
+// list returns the cluster's instances, from cache when fresh.
+func (a *AzureClouds) list(ctx context.Context, c *azureCluster, now time.Time) ([]metadata.InstanceMetadata, error) {
+	a.mu.Lock()
+	if !c.listedAt.IsZero() && now.Sub(c.listedAt) < azureInstancesTTL {
+		defer a.mu.Unlock()
+		return c.instances, nil
+	}
+	a.mu.Unlock()
+	instances, err := c.cloud.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	c.instances, c.listedAt = instances, now
+	a.mu.Unlock()
+	return instances, nil
+}
+
+// claim binds machine to a free instance of the wanted role (and zone, when set). Instances bound
+// by other machines (recorded in their spec.providerID, or claimed in this process) are skipped.
+func (a *AzureClouds) claim(c *azureCluster, machine string, role metadata.Role, zone string, instances []metadata.InstanceMetadata, boundElsewhere map[string]bool) (metadata.InstanceMetadata, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sorted := append([]metadata.InstanceMetadata(nil), instances...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	for _, in := range sorted {
+		id := strings.ToLower(in.ProviderID)
+		if owner, ok := c.claims[id]; ok && owner == machine {
+			return in, true
+		}
+	}
+	for _, in := range sorted {
+		id := strings.ToLower(in.ProviderID)
+		if in.Role != role || zone != "" && in.Zone != zone || boundElsewhere[id] {
+			continue
+		}
+		if _, taken := c.claims[id]; taken {
+			continue
+		}
+		c.claims[id] = machine
+		return in, true
+	}
+	return metadata.InstanceMetadata{}, false
+}
+
+func (a *AzureClouds) release(c *azureCluster, machine string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, owner := range c.claims {
+		if owner == machine {
+			delete(c.claims, id)
+		}
+	}
+}
+
+// reconcileAzureCluster reports the load balancer endpoint and the failure domains (zones) of an
+// Azure-backed GoofyCluster.
+func (r *GoofyClusterReconciler) reconcileAzureCluster(ctx context.Context, key string, gc *infrav1.GoofyCluster) error {
+	if r.Azure == nil {
+		return fmt.Errorf("the Azure backend is not enabled in this manager")
+	}
+	c, err := r.Azure.cluster(ctx, key, gc.Spec.Backend.Azure)
+	if err != nil {
+		return err
+	}
+	host, port, err := c.cloud.GetLoadBalancerEndpoint(ctx)
+	if err != nil {
+		return fmt.Errorf("finding the cluster's load balancer: %w", err)
+	}
+	p, err := net.LookupPort("tcp", port)
+	if err != nil {
+		return fmt.Errorf("load balancer port %q: %w", port, err)
+	}
+	gc.Status.LoadBalancerEndpoint = &clusterv1.APIEndpoint{Host: host, Port: int32(p)}
+	instances, err := r.Azure.list(ctx, c, time.Now())
+	if err != nil {
+		return fmt.Errorf("listing the cluster's instances: %w", err)
+	}
+	zones := map[string]bool{}
+	for _, in := range instances {
+		if in.Zone != "" {
+			zones[in.Zone] = zones[in.Zone] || in.Role == metadata.RoleControlPlane
+		}
+	}
+	names := make([]string, 0, len(zones))
+	for z := range zones {
+		names = append(names, z)
+	}
+	sort.Strings(names)
+	for _, z := range names {
+		cp := zones[z]
+		gc.Status.FailureDomains = append(gc.Status.FailureDomains, clusterv1.FailureDomain{Name: z, ControlPlane: &cp})
+	}
+	return nil
+}
+
+// bindAzureInstance gives an Azure-backed machine the identity of a discovered instance. It
+// returns false (and sets the reason) when no instance is free yet.
+func (r *GoofyMachineReconciler) bindAzureInstance(ctx context.Context, s *machineScope) (bool, error) {
+	if r.Azure == nil {
+		return false, fmt.Errorf("the Azure backend is not enabled in this manager")
+	}
+	c, err := r.Azure.cluster(ctx, s.key, s.gc.Spec.Backend.Azure)
+	if err != nil {
+		return false, err
+	}
+	instances, err := r.Azure.list(ctx, c, r.Clock.Now())
+	if err != nil {
+		return false, fmt.Errorf("listing the cluster's instances: %w", err)
+	}
+	if s.gm.Spec.ProviderID != "" {
+		for _, in := range instances {
+			if strings.EqualFold(in.ProviderID, s.gm.Spec.ProviderID) {
+				s.instance = &in
+				return true, nil
+			}
+		}
+		// The bound instance is gone from Azure: keep the identity, report the node NotReady.
+		s.instanceGone = true
+		return true, nil
+	}
+	role := metadata.RoleWorker
+	if s.controlPlane() {
+		role = metadata.RoleControlPlane
+	}
+	others := &infrav1.GoofyMachineList{}
+	if err := r.Client.List(ctx, others, client.InNamespace(s.gm.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: s.cluster.Name}); err != nil {
+		return false, err
+	}
+	bound := map[string]bool{}
+	for _, o := range others.Items {
+		if o.Name != s.gm.Name && o.Spec.ProviderID != "" {
+			bound[strings.ToLower(o.Spec.ProviderID)] = true
+		}
+	}
+	in, ok := r.Azure.claim(c, s.gm.Name, role, s.machine.Spec.FailureDomain, instances, bound)
+	if !ok {
+		msg := fmt.Sprintf("no free %s instance", role)
+		if s.machine.Spec.FailureDomain != "" {
+			msg += " in zone " + s.machine.Spec.FailureDomain
+		}
+		conditions.Set(s.gm, metav1.Condition{Type: infrav1.VMProvisionedCondition, Status: metav1.ConditionFalse,
+			Reason: infrav1.NoFreeInstanceReason, Message: msg + fmt.Sprintf(" among %d discovered instances", len(instances))})
+		return false, nil
+	}
+	s.gm.Spec.ProviderID = in.ProviderID
+	s.instance = &in
+	return true, nil
+}
