@@ -60,6 +60,7 @@ type options struct {
 	listenerBindAddress      string
 	listenerPortRange        string
 	shutdownTimeout          time.Duration
+	profilerAddress          string
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
@@ -80,6 +81,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.listenerHost, "listener-host", envOr("POD_IP", "127.0.0.1"), "Host advertised in workload cluster endpoints (default: $POD_IP, else 127.0.0.1).")
 	fs.StringVar(&o.listenerBindAddress, "listener-bind-address", "", "Address workload cluster listeners bind to (default: the listener host if it is an IP, else 0.0.0.0).")
 	fs.StringVar(&o.listenerPortRange, "listener-port-range", fmt.Sprintf("%d-%d", mux.DefaultPortMin, mux.DefaultPortMax), "Inclusive port range of workload cluster listeners, e.g. 20000-29999.")
+	fs.StringVar(&o.profilerAddress, "profiler-address", "", "Bind address of the pprof endpoint (e.g. 127.0.0.1:6060); empty disables it.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "How long in-flight workload cluster requests may take on shutdown.")
 }
 
@@ -163,6 +165,7 @@ func run(ctx context.Context, o options) error {
 			},
 		},
 		HealthProbeBindAddress: o.healthProbeBindAddress,
+		PprofBindAddress:       o.profilerAddress,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
