@@ -76,6 +76,11 @@ func (r *GoofyClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	cluster, err := util.GetOwnerCluster(ctx, r.Client, gc.ObjectMeta)
 	if err != nil {
+		if apierrors.IsNotFound(err) && !gc.DeletionTimestamp.IsZero() {
+			// The Cluster is gone already: without this the GoofyCluster would fail on the
+			// missing owner forever, never freeing its port nor being deleted.
+			return ctrl.Result{}, r.releaseOrphan(ctx, gc)
+		}
 		return ctrl.Result{}, err
 	}
 	if cluster == nil {
@@ -208,6 +213,18 @@ func (r *GoofyClusterReconciler) reconcileDelete(ctx context.Context, cluster *c
 	ctrl.LoggerFrom(ctx).Info("Released the workload cluster listener and store")
 	controllerutil.RemoveFinalizer(gc, infrav1.ClusterFinalizer)
 	return nil
+}
+
+// releaseOrphan frees the listener and store of a GoofyCluster whose Cluster is already gone and
+// removes its finalizer.
+func (r *GoofyClusterReconciler) releaseOrphan(ctx context.Context, gc *infrav1.GoofyCluster) error {
+	ctrl.LoggerFrom(ctx).Info("Cluster already deleted, releasing the GoofyCluster")
+	if err := r.Mux.DeleteWorkloadClusterListener(mux.ClusterKey(gc.Namespace, mux.ClusterNameOf(gc))); err != nil {
+		return err
+	}
+	orig := gc.DeepCopy()
+	controllerutil.RemoveFinalizer(gc, infrav1.ClusterFinalizer)
+	return client.IgnoreNotFound(r.Client.Patch(ctx, gc, client.MergeFrom(orig)))
 }
 
 func setTrue(obj conditions.Setter, condType, reason, message string) {

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -101,6 +102,11 @@ func (r *GoofyMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	machine, err := util.GetOwnerMachine(ctx, r.Client, gm.ObjectMeta)
 	if err != nil {
+		if apierrors.IsNotFound(err) && !gm.DeletionTimestamp.IsZero() {
+			// The Machine is gone already (its finalizer removed by hand): without this the
+			// GoofyMachine would fail on the missing owner forever and never be deleted.
+			return ctrl.Result{}, r.releaseOrphan(ctx, gm)
+		}
 		return ctrl.Result{}, err
 	}
 	if machine == nil {
@@ -239,16 +245,38 @@ func (r *GoofyMachineReconciler) reconcileDelete(ctx context.Context, s *machine
 	return nil
 }
 
-// releaseOrphan removes the finalizer of a machine whose Machine or Cluster is already gone; the
-// workload cluster's store goes with its GoofyCluster.
+// releaseOrphan removes the finalizer of a machine whose Machine or Cluster is already gone. If
+// its workload cluster still serves, what the machine added there goes first (Node, pods, etcd
+// member, API server): the owner reference still names the Machine (= the Node), and CAPI copies
+// the control-plane label to the infrastructure machine. Otherwise the workload cluster's store
+// goes with its GoofyCluster.
 func (r *GoofyMachineReconciler) releaseOrphan(ctx context.Context, gm *infrav1.GoofyMachine) error {
 	ctrl.LoggerFrom(ctx).Info("Owner already deleted, releasing the GoofyMachine")
 	if clusterName := gm.Labels[clusterv1.ClusterNameLabel]; clusterName != "" {
-		r.ips.release(mux.ClusterKey(gm.Namespace, clusterName), gm.Name)
+		key := mux.ClusterKey(gm.Namespace, clusterName)
+		if l, ok := r.Mux.Listener(key); ok {
+			s := &machineScope{gm: gm, key: key, machine: &clusterv1.Machine{
+				ObjectMeta: metav1.ObjectMeta{Namespace: gm.Namespace, Name: ownerMachineName(gm), Labels: gm.Labels},
+			}}
+			if err := r.teardown(ctx, s, l); err != nil {
+				return err
+			}
+		}
+		r.ips.release(key, gm.Name)
 	}
 	orig := gm.DeepCopy()
 	controllerutil.RemoveFinalizer(gm, infrav1.MachineFinalizer)
 	return client.IgnoreNotFound(r.Client.Patch(ctx, gm, client.MergeFrom(orig)))
+}
+
+// ownerMachineName is the name of the Machine in gm's owner references, else gm's own name.
+func ownerMachineName(gm *infrav1.GoofyMachine) string {
+	for _, ref := range gm.OwnerReferences {
+		if ref.Kind == "Machine" && strings.HasPrefix(ref.APIVersion, clusterv1.GroupVersion.Group+"/") {
+			return ref.Name
+		}
+	}
+	return gm.Name
 }
 
 func setWaiting(gm *infrav1.GoofyMachine, condType, reason, message string) {
