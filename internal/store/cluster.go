@@ -34,7 +34,10 @@ type Cluster struct {
 	// deps indexes dependents by owner UID for garbage collection; nil until an object has owners.
 	deps     map[types.UID]map[objRef]struct{}
 	watchers map[*watcher]struct{} // nil while nobody watches
-	closed   bool
+	// expiry fires when the oldest event outlives the history's ttl, so an idle cluster does not keep
+	// old object versions alive; nil while the history is empty (no cost when idle for long).
+	expiry *time.Timer
+	closed bool
 }
 
 // objRef locates a stored object.
@@ -53,11 +56,15 @@ func newCluster(name string, opts ClusterOptions) (*Cluster, error) {
 	if limit <= 0 {
 		limit = DefaultEventHistory
 	}
+	ttl := opts.EventHistoryTTL
+	if ttl <= 0 {
+		ttl = DefaultEventHistoryTTL
+	}
 	c := &Cluster{
 		name:    name,
 		version: opts.KubernetesVersion,
 		objects: map[schema.GroupResource]map[string]client.Object{},
-		hist:    history{limit: limit},
+		hist:    history{limit: limit, ttl: ttl},
 	}
 	b, _ := behaviorFor(namespacesGVR)
 	c.mu.Lock()
@@ -76,6 +83,10 @@ func (c *Cluster) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
+	if c.expiry != nil {
+		c.expiry.Stop()
+		c.expiry = nil
+	}
 	for w := range c.watchers {
 		w.Stop() // also frees watchers whose client stopped reading
 	}
@@ -189,11 +200,35 @@ func (c *Cluster) Get(gvr schema.GroupVersionResource, namespace, name string) (
 // emit records a change in the history and wakes the watchers of its kind. Callers hold c.mu.
 func (c *Cluster) emit(typ watch.EventType, gr schema.GroupResource, key string, obj, old client.Object, rv uint64) {
 	c.hist.add(&event{typ: typ, rv: rv, at: time.Now().UnixNano(), gr: gr, key: key, obj: obj, old: old})
+	if c.expiry == nil && !c.closed {
+		c.armExpiry()
+	}
 	for w := range c.watchers {
 		if w.gr == gr {
 			w.wake()
 		}
 	}
+}
+
+// armExpiry schedules expireHistory for when the oldest event outlives the history's ttl. Callers hold c.mu.
+func (c *Cluster) armExpiry() {
+	at, ok := c.hist.oldest()
+	if !ok {
+		return
+	}
+	// A millisecond of slack makes the oldest event certainly expired when the timer fires.
+	c.expiry = time.AfterFunc(time.Duration(at+int64(c.hist.ttl)-time.Now().UnixNano())+time.Millisecond, c.expireHistory)
+}
+
+func (c *Cluster) expireHistory() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.expiry = nil
+	if c.closed {
+		return
+	}
+	c.hist.expire(time.Now().UnixNano())
+	c.armExpiry()
 }
 
 // putLocked stores a new version of an object under a fresh RV and records the event.

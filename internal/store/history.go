@@ -9,10 +9,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// historyTTL bounds how long events are kept (the real API server compacts etcd every 5
-// minutes); older events are dropped on the next write, so a busy cluster does not pin old
-// object versions.
-var historyTTL = 5 * time.Minute
+// DefaultEventHistoryTTL bounds how long events are kept when ClusterOptions leaves it 0 (the
+// real API server compacts etcd every 5 minutes), so no cluster pins old object versions for long.
+const DefaultEventHistoryTTL = 5 * time.Minute
 
 // event is one change of one object. Events and the objects they point at are immutable once
 // recorded, so watchers and snapshot readers use them without holding the cluster lock.
@@ -27,13 +26,14 @@ type event struct {
 }
 
 // history is the cluster's bounded event log: a ring that grows lazily up to limit entries and
-// drops events older than historyTTL, so an idle cluster only pays for the few events it has
+// drops events older than ttl, so an idle cluster only pays for the few events it has
 // seen. It serves watch resume, watch delivery and paginated snapshots.
 type history struct {
 	buf   []*event
 	head  int // index of the oldest event
 	n     int // number of retained events
 	limit int
+	ttl   time.Duration
 	// evicted records, per kind, the RV of the newest dropped event: reading that kind's changes
 	// after an older RV is no longer possible. Nil until something is dropped.
 	evicted map[schema.GroupResource]uint64
@@ -43,9 +43,7 @@ type history struct {
 func (h *history) at(i int) *event { return h.buf[(h.head+i)%len(h.buf)] }
 
 func (h *history) add(e *event) {
-	for h.n > 0 && e.at-h.at(0).at > int64(historyTTL) {
-		h.dropOldest()
-	}
+	h.expire(e.at)
 	if h.n == len(h.buf) {
 		if len(h.buf) < h.limit {
 			h.grow()
@@ -55,6 +53,31 @@ func (h *history) add(e *event) {
 	}
 	h.buf[(h.head+h.n)%len(h.buf)] = e
 	h.n++
+}
+
+// expire drops events older than the ttl at time now (unix nanoseconds) and gives back the
+// ring's memory once it is mostly empty.
+func (h *history) expire(now int64) {
+	for h.n > 0 && now-h.at(0).at > int64(h.ttl) {
+		h.dropOldest()
+	}
+	if h.n == 0 {
+		h.buf, h.head = nil, 0
+	} else if h.n < len(h.buf)/4 {
+		buf := make([]*event, 2*h.n)
+		for i := 0; i < h.n; i++ {
+			buf[i] = h.at(i)
+		}
+		h.buf, h.head = buf, 0
+	}
+}
+
+// oldest returns when the oldest retained event was recorded, and false if there is none.
+func (h *history) oldest() (int64, bool) {
+	if h.n == 0 {
+		return 0, false
+	}
+	return h.at(0).at, true
 }
 
 func (h *history) grow() {

@@ -3,6 +3,7 @@ package store
 import (
 	"sort"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -15,6 +16,8 @@ type ClusterOptions struct {
 	// EventHistory bounds how many past events the cluster keeps for watch resume and paginated
 	// snapshots; 0 means DefaultEventHistory.
 	EventHistory int
+	// EventHistoryTTL drops events older than this; 0 means DefaultEventHistoryTTL.
+	EventHistoryTTL time.Duration
 }
 
 // DefaultEventHistory is the per-cluster number of retained events when ClusterOptions leaves it 0.

@@ -81,14 +81,14 @@ func invalid(b *kindBehavior, name string, errs field.ErrorList) error {
 	return apierrors.NewInvalid(b.info.GVK().GroupKind(), name, errs)
 }
 
-// createLocked validates and stores obj (a private copy the store may keep). Callers hold c.mu.
-// A non-empty manager with managedFields==nil records an Update entry for it; apply passes the
-// already managed object with applied=true through createAppliedLocked instead.
+// createLocked records manager's fields (an Update entry, as for any create) and stores obj, a
+// private copy the store may keep. Callers hold c.mu.
 func (c *Cluster) createLocked(b *kindBehavior, obj client.Object, dryRun bool, manager string) (client.Object, error) {
 	fm, err := fieldManagerFor(b, "")
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
+	normalize(obj) // defaults are applied before managed fields are computed, as on decode upstream
 	obj = fm.UpdateNoErrors(b.newObject(), obj, manager).(client.Object)
 	return c.createAppliedLocked(b, obj, dryRun)
 }
@@ -105,6 +105,8 @@ func truncateManagedTimes(obj client.Object) {
 	}
 }
 
+// createAppliedLocked validates and stores obj whose managed fields are already set (by
+// createLocked or by server-side apply). Callers hold c.mu.
 func (c *Cluster) createAppliedLocked(b *kindBehavior, obj client.Object, dryRun bool) (client.Object, error) {
 	gr := b.info.GVR.GroupResource()
 	obj.GetObjectKind().SetGroupVersionKind(b.info.GVK())
