@@ -1,0 +1,5 @@
+//go:build race
+
+package portforward_test
+
+const raceDetector = true
