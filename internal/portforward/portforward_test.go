@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/transport"
 	"k8s.io/streaming/pkg/httpstream"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/portforward"
 )
@@ -412,4 +413,18 @@ func TestServeHTTPParsesThePath(t *testing.T) {
 		_ = resp.Body.Close()
 		g.Expect(string(body)).To(ContainSubstring(want), path)
 	}
+}
+
+// The metrics are in controller-runtime's registry, which the manager serves.
+func TestMetricsAreRegistered(t *testing.T) {
+	g := NewWithT(t)
+	portforward.ActiveStreams().WithLabelValues("spdy") // make sure a series exists
+	portforward.StreamsTotal().WithLabelValues("spdy", "forwarded")
+	families, err := ctrlmetrics.Registry.Gather()
+	g.Expect(err).NotTo(HaveOccurred())
+	var names []string
+	for _, f := range families {
+		names = append(names, f.GetName())
+	}
+	g.Expect(names).To(ContainElements("goofy_portforward_active_streams", "goofy_portforward_streams_total"))
 }
