@@ -1,0 +1,300 @@
+package controllers
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/kubeconfig"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
+)
+
+// TestClusterProvisioning: a GoofyCluster gets a port, its endpoint, failure domains, Ready
+// conditions and a workload store with the default namespaces.
+func TestClusterProvisioning(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	h := newHarness(t)
+	f := newFixture(t, newNamespace(t), "prov", nil)
+
+	// Paused condition first, then the finalizer, then the listener.
+	h.reconcileCluster(t, f.gc)
+	get(t, f.gc)
+	g.Expect(f.gc.Status.Conditions).To(ContainElement(And(HaveField("Type", infrav1.PausedCondition), HaveField("Status", metav1.ConditionFalse))))
+	h.reconcileCluster(t, f.gc)
+	get(t, f.gc)
+	g.Expect(f.gc.Finalizers).To(ConsistOf(infrav1.ClusterFinalizer))
+	g.Expect(h.reconcileCluster(t, f.gc)).To(Equal(ctrl.Result{}))
+	get(t, f.gc)
+
+	l, ok := h.mux.Listener(mux.ClusterKey(f.ns, "prov"))
+	g.Expect(ok).To(BeTrue())
+	g.Expect(f.gc.Spec.ControlPlaneEndpoint).To(Equal(clusterv1.APIEndpoint{Host: "127.0.0.1", Port: int32(l.Port())}))
+	g.Expect(l.Port()).To(BeNumerically(">=", testPortMin))
+	g.Expect(l.Port()).To(BeNumerically("<=", testPortMax))
+	g.Expect(f.gc.Status.Initialization.Provisioned).To(Equal(ptr.To(true)))
+	g.Expect(f.gc.Status.FailureDomains).To(Equal([]clusterv1.FailureDomain{{Name: "fd-1", ControlPlane: ptr.To(true)}, {Name: "fd-2"}}))
+	for _, c := range []string{infrav1.ReadyCondition, infrav1.LoadBalancerReadyCondition} {
+		g.Expect(f.gc.Status.Conditions).To(ContainElement(And(HaveField("Type", c), HaveField("Status", metav1.ConditionTrue))))
+	}
+	c, _ := l.GetClient()
+	for _, ns := range []string{"default", "kube-public", "kube-system"} {
+		g.Expect(c.Get(context.Background(), client.ObjectKey{Name: ns}, &corev1.Namespace{})).To(Succeed(), ns)
+	}
+	// Reconciling again keeps the endpoint.
+	h.reconcileCluster(t, f.gc)
+	port := f.gc.Spec.ControlPlaneEndpoint.Port
+	get(t, f.gc)
+	g.Expect(f.gc.Spec.ControlPlaneEndpoint.Port).To(Equal(port))
+}
+
+// TestClusterPortRangeExhausted: no free port is a condition with a clear reason, not a panic.
+func TestClusterPortRangeExhausted(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	h := newHarness(t)
+	// A range of one port, already taken by another cluster.
+	m, err := mux.NewWorkloadClustersMux(store.NewManager(), "127.0.0.1", mux.WithPortRange(testPortMax-1, testPortMax-1))
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = m.Shutdown(context.Background()) })
+	_, err = m.InitWorkloadClusterListener("other/taken")
+	g.Expect(err).NotTo(HaveOccurred())
+	h.clusterR.Mux = m
+
+	f := newFixture(t, newNamespace(t), "full", nil)
+	for i := 0; i < 2; i++ {
+		h.reconcileCluster(t, f.gc)
+	}
+	_, err = h.clusterR.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(f.gc)})
+	g.Expect(err).To(MatchError(mux.ErrPortRangeExhausted))
+	get(t, f.gc)
+	g.Expect(f.gc.Status.Conditions).To(ContainElement(And(
+		HaveField("Type", infrav1.ReadyCondition), HaveField("Status", metav1.ConditionFalse), HaveField("Reason", infrav1.PortRangeExhaustedReason))))
+	g.Expect(f.gc.Spec.ControlPlaneEndpoint.Port).To(BeZero())
+}
+
+// TestPause: Cluster.spec.paused and the paused annotation set Paused=True and stop progress;
+// unpausing resumes.
+func TestPause(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	h := newHarness(t)
+	f := newFixture(t, newNamespace(t), "pause", nil)
+
+	get(t, f.cluster)
+	f.cluster.Spec.Paused = ptr.To(true)
+	g.Expect(k8sClient.Update(ctx, f.cluster)).To(Succeed())
+	for i := 0; i < 3; i++ {
+		g.Expect(h.reconcileCluster(t, f.gc)).To(Equal(ctrl.Result{}))
+	}
+	get(t, f.gc)
+	g.Expect(f.gc.Status.Conditions).To(haveCondition(infrav1.PausedCondition, metav1.ConditionTrue, clusterv1.PausedReason))
+	g.Expect(f.gc.Finalizers).To(BeEmpty())
+	g.Expect(f.gc.Spec.ControlPlaneEndpoint.Port).To(BeZero())
+	_, ok := h.mux.Listener(mux.ClusterKey(f.ns, "pause"))
+	g.Expect(ok).To(BeFalse())
+
+	get(t, f.cluster)
+	f.cluster.Spec.Paused = nil
+	g.Expect(k8sClient.Update(ctx, f.cluster)).To(Succeed())
+	h.provisionCluster(t, f)
+	get(t, f.gc)
+	g.Expect(f.gc.Status.Conditions).To(haveCondition(infrav1.PausedCondition, metav1.ConditionFalse, clusterv1.NotPausedReason))
+
+	// The paused annotation on the GoofyMachine itself.
+	_, gm := newMachine(t, f, "pause-cp-0", machineOpts{controlPlane: true})
+	gm.Annotations = map[string]string{clusterv1.PausedAnnotation: ""}
+	g.Expect(k8sClient.Update(ctx, gm)).To(Succeed())
+	for i := 0; i < 3; i++ {
+		g.Expect(h.reconcileMachine(t, gm)).To(Equal(ctrl.Result{}))
+	}
+	get(t, gm)
+	g.Expect(gm.Status.Conditions).To(haveCondition(infrav1.PausedCondition, metav1.ConditionTrue, clusterv1.PausedReason))
+	g.Expect(gm.Finalizers).To(BeEmpty())
+	g.Expect(gm.Spec.ProviderID).To(BeEmpty())
+
+	delete(gm.Annotations, clusterv1.PausedAnnotation)
+	g.Expect(k8sClient.Update(ctx, gm)).To(Succeed())
+	h.reconcileUntilReady(t, gm)
+
+	// Pausing the Cluster freezes a machine mid-way: no phase completes while paused.
+	_, gm2 := newMachine(t, f, "pause-cp-1", machineOpts{controlPlane: true, backend: &infrav1.InMemoryMachineBackend{Node: phaseOf(time.Minute, "")}})
+	h.reconcileToPhase(t, gm2, infrav1.NodeProvisionedCondition)
+	get(t, f.cluster)
+	f.cluster.Spec.Paused = ptr.To(true)
+	g.Expect(k8sClient.Update(ctx, f.cluster)).To(Succeed())
+	h.clock.Step(2 * time.Minute)
+	for i := 0; i < 2; i++ {
+		g.Expect(h.reconcileMachine(t, gm2)).To(Equal(ctrl.Result{}))
+	}
+	get(t, gm2)
+	g.Expect(gm2.Status.Conditions).To(haveCondition(infrav1.PausedCondition, metav1.ConditionTrue, clusterv1.PausedReason))
+	g.Expect(gm2.Status.Conditions).To(haveCondition(infrav1.NodeProvisionedCondition, metav1.ConditionFalse, infrav1.ProvisioningReason))
+}
+
+// TestEndpointRepair: after a restart with a new advertised host (a new pod IP), the GoofyCluster's
+// endpoint and the server of CAPI's <cluster>-kubeconfig secret move to it, on the same port, and
+// the repaired kubeconfig reaches the cluster.
+func TestEndpointRepair(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	h := newHarness(t)
+	f := newFixture(t, newNamespace(t), "repair", nil)
+	h.provisionCluster(t, f)
+	_, gm := newMachine(t, f, "repair-cp-0", machineOpts{controlPlane: true})
+	h.reconcileUntilReady(t, gm)
+	get(t, f.cluster)
+	// CAPI's Cluster controller writes the kubeconfig secret from the Cluster's endpoint.
+	g.Expect(kubeconfig.CreateSecret(ctx, k8sClient, f.cluster)).To(Succeed())
+	port := int(f.gc.Spec.ControlPlaneEndpoint.Port)
+	g.Expect(h.mux.Shutdown(ctx)).To(Succeed())
+
+	// The new process advertises another name for the same loopback address.
+	stores := store.NewManager()
+	m, err := mux.NewWorkloadClustersMux(stores, "localhost", mux.WithBindAddress("127.0.0.1"), mux.WithPortRange(testPortMin, testPortMax))
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = m.Shutdown(context.Background()) })
+	h2 := &harness{stores: stores, mux: m, clock: h.clock,
+		clusterR: &GoofyClusterReconciler{Client: k8sClient, Mux: m},
+		machineR: &GoofyMachineReconciler{Client: k8sClient, Mux: m, Clock: h.clock}}
+
+	h2.reconcileCluster(t, f.gc)
+	get(t, f.gc)
+	g.Expect(f.gc.Spec.ControlPlaneEndpoint).To(Equal(clusterv1.APIEndpoint{Host: "localhost", Port: int32(port)}))
+	data, err := kubeconfig.FromSecret(ctx, k8sClient, client.ObjectKeyFromObject(f.cluster))
+	g.Expect(err).NotTo(HaveOccurred())
+	kc, err := clientcmd.Load(data)
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, c := range kc.Clusters {
+		g.Expect(c.Server).To(Equal("https://" + net.JoinHostPort("localhost", strconv.Itoa(port))))
+	}
+
+	// The machine comes back at once; CAPI's repaired kubeconfig (its own client certificate) works.
+	g.Expect(h2.reconcileMachine(t, gm)).To(Equal(ctrl.Result{}))
+	rc, err := clientcmd.RESTConfigFromKubeConfig(data)
+	g.Expect(err).NotTo(HaveOccurred())
+	rc.Timeout = 10 * time.Second
+	cs, err := kubernetes.NewForConfig(rc)
+	g.Expect(err).NotTo(HaveOccurred())
+	node, err := cs.CoreV1().Nodes().Get(ctx, "repair-cp-0", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(node.Spec.ProviderID).To(Equal(gm.Spec.ProviderID))
+}
+
+// managerHarness runs the reconcilers in a controller-runtime manager whose cache only sees ns.
+func startManager(t testing.TB, h *harness, ns, watchFilter string, concurrency int) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 testScheme,
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Client:                 client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		// Every test starts its own manager with the same controller names.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	restarter := &HotRestarter{Reader: mgr.GetAPIReader(), Mux: h.mux, Namespace: ns}
+	if err := mgr.Add(restarter); err != nil {
+		t.Fatal(err)
+	}
+	h.clusterR = &GoofyClusterReconciler{Client: mgr.GetClient(), Mux: h.mux, WatchFilterValue: watchFilter, Restarter: restarter}
+	h.machineR = &GoofyMachineReconciler{Client: mgr.GetClient(), Mux: h.mux, WatchFilterValue: watchFilter, Restarter: restarter}
+	opts := controller.Options{MaxConcurrentReconciles: concurrency}
+	if err := h.clusterR.SetupWithManager(ctx, mgr, opts); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.machineR.SetupWithManager(ctx, mgr, opts); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("manager: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("manager did not stop within 30s")
+		}
+	})
+}
+
+// setInfrastructureProvisioned does what CAPI's Cluster controller does once the GoofyCluster is
+// provisioned (and, for controlPlaneInitialized, what KCP reports).
+func setClusterStatus(t testing.TB, f *fixture, controlPlaneInitialized bool) {
+	t.Helper()
+	get(t, f.gc)
+	get(t, f.cluster)
+	f.cluster.Spec.ControlPlaneEndpoint = f.gc.Spec.ControlPlaneEndpoint
+	if err := k8sClient.Update(context.Background(), f.cluster); err != nil {
+		t.Fatal(err)
+	}
+	f.cluster.Status.Initialization.InfrastructureProvisioned = ptr.To(true)
+	if controlPlaneInitialized {
+		f.cluster.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
+	}
+	if err := k8sClient.Status().Update(context.Background(), f.cluster); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWatchFilter: a manager started with a watch-filter value reconciles only objects carrying
+// the watch-filter label with that value.
+func TestWatchFilter(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	ns := newNamespace(t)
+	h := newHarness(t)
+	startManager(t, h, ns, "goofy-test", 1)
+
+	// The unlabelled cluster and machine exist first, so an unfiltered controller sees them first.
+	other := newFixture(t, ns, "other", nil)
+	_, otherGM := newMachine(t, other, "other-cp-0", machineOpts{controlPlane: true})
+	mine := newFixture(t, ns, "mine", map[string]string{clusterv1.WatchLabel: "goofy-test"})
+	g.Eventually(func() bool {
+		get(t, mine.gc)
+		return ptr.Deref(mine.gc.Status.Initialization.Provisioned, false)
+	}, 30*time.Second, 100*time.Millisecond).Should(BeTrue())
+	setClusterStatus(t, mine, false)
+	_, gm := newMachine(t, mine, "mine-cp-0", machineOpts{controlPlane: true, labels: map[string]string{clusterv1.WatchLabel: "goofy-test"}})
+	g.Eventually(func() []metav1.Condition {
+		get(t, gm)
+		return gm.Status.Conditions
+	}, 30*time.Second, 100*time.Millisecond).Should(haveCondition(infrav1.ReadyCondition, metav1.ConditionTrue, infrav1.ReadyReason))
+
+	// Meanwhile the unlabelled objects were never touched.
+	get(t, other.gc)
+	g.Expect(other.gc.Finalizers).To(BeEmpty())
+	g.Expect(other.gc.Status.Conditions).To(BeEmpty())
+	get(t, otherGM)
+	g.Expect(otherGM.Finalizers).To(BeEmpty())
+	g.Expect(otherGM.Status.Conditions).To(BeEmpty())
+	_, ok := h.mux.Listener(mux.ClusterKey(ns, "other"))
+	g.Expect(ok).To(BeFalse())
+}
