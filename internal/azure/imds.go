@@ -270,6 +270,9 @@ func (c *IMDSClient) compute(ctx context.Context) (*imdsDocument, error) {
 
 // document returns the cached document or fetches a new one.
 func (c *IMDSClient) document(ctx context.Context) (*imdsDocument, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("IMDS: %w", err)
+	}
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
