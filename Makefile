@@ -83,9 +83,30 @@ test: ## Run all tests, envtest included (builds the envtest binaries first if n
 e2e: ## Run the end-to-end suite against real CAPI (builds kube-controller-manager, the CAPI managers and clusterctl first, cached).
 	GOOFY_E2E=1 go test -count=1 -v -timeout 60m ./test/e2e/ ./test/e2e/harness/
 
+# Knobs of `make bench` (override on the command line, e.g. make bench N=3 PROVIDERS="goofy capd-inmemory").
+N ?= 100
+CONTROL_PLANE ?= 1
+WORKERS ?= 1
+PHASE ?= 1s
+JITTER ?= 0
+BATCH ?= 10
+BATCH_INTERVAL ?= 0s
+PROVIDERS ?= goofy
+BENCH_TIMEOUT ?= 20m
+PROFILE ?= 30s
+
 .PHONY: bench
-bench: ## Run the Go benchmarks of the store, API server and mux.
-	go test -run '^$$' -bench . -benchmem ./internal/...
+bench: ## Scale scenario through real CAPI on a fresh management plane per provider (N, CONTROL_PLANE, WORKERS, PHASE, JITTER, BATCH, BATCH_INTERVAL, PROVIDERS="goofy capd-inmemory"); report in out/bench/.
+	go run ./test/bench/cmd/bench -n $(N) -control-plane $(CONTROL_PLANE) -workers $(WORKERS) -phase $(PHASE) -jitter $(JITTER) \
+		-batch $(BATCH) -batch-interval $(BATCH_INTERVAL) -providers "$(PROVIDERS)" -timeout $(BENCH_TIMEOUT) -profile $(PROFILE)
+
+.PHONY: bench-mux
+bench-mux: ## Mux-only scale benchmark: 1,000 clusters x (3 control-plane + 3 workers) in one process under CAPI-like load.
+	go test -run '^$$' -bench BenchmarkMuxScale -benchtime 1x -timeout 30m ./internal/mux/
+
+.PHONY: bench-go
+bench-go: ## Run the Go micro-benchmarks of the store, API server and mux.
+	go test -run '^$$' -skip BenchmarkMuxScale -bench . -benchmem ./internal/...
 
 ##@ Release
 

@@ -1,0 +1,341 @@
+package mux
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	kcpetcd "sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg/etcd"
+	"sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg/proxy"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/workload"
+)
+
+// benchEnvInt reads a size knob of BenchmarkMuxScale from the environment.
+func benchEnvInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkMuxScale simulates, in this one process and without CAPI, what Goofy serves for a
+// fleet: 1,000 workload clusters (GOOFY_BENCH_CLUSTERS) of 3 control-plane (GOOFY_BENCH_CP) and 3
+// worker (GOOFY_BENCH_WORKERS) machines. Every machine has its Node; every control-plane machine
+// its static pods, etcd member and API server, registered through the mux API as the GoofyMachine
+// reconciler does; every cluster kubeadm's objects. Then, for GOOFY_BENCH_LOAD_SECONDS (10), a
+// CAPI-like load runs against the listeners: one client-go Node watch per cluster (CAPI's cluster
+// cache), Node lists from 16 goroutines (MachineHealthCheck, Machine controller), etcd MemberList
+// through port-forward with KCP's own etcd client and proxy dialer from 4 goroutines (KCP's health
+// checks, a fresh client each time as KCP does), and a kubelet-like heartbeat updating Node status.
+//
+// Reported: listener set-up time per cluster (p50/p99) and in total, resident memory of the
+// simulated fleet before the load (server only) and under load (clients included, they share the
+// process), and latencies of Node list and of KCP's etcd client (connect + MemberList). The run
+// fails when the fleet alone takes more than 1 GiB for 1,000 × 6 machines, the goal of issue 8.
+func BenchmarkMuxScale(b *testing.B) {
+	clusters := benchEnvInt("GOOFY_BENCH_CLUSTERS", 1000)
+	cps := benchEnvInt("GOOFY_BENCH_CP", 3)
+	workers := benchEnvInt("GOOFY_BENCH_WORKERS", 3)
+	loadFor := time.Duration(benchEnvInt("GOOFY_BENCH_LOAD_SECONDS", 10)) * time.Second
+	for range b.N {
+		benchMuxScale(b, clusters, cps, workers, loadFor)
+	}
+}
+
+func benchMuxScale(b *testing.B, clusters, cps, workers int, loadFor time.Duration) {
+	runtime.GC()
+	rssBefore := benchRSS()
+	m, err := NewWorkloadClustersMux(store.NewManager(), "127.0.0.1", WithPortRange(50000, 50000+clusters+99))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = m.Shutdown(context.Background()) }()
+	// One set of CAs for all clusters: generating 4 RSA CAs per cluster would dominate set-up
+	// time and measure CAPI's key generation, not the mux. Each listener still issues and keeps its
+	// own serving certificates, pools and etcd member certificates.
+	cc := newClusterCerts(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// Set-up: what the GoofyCluster and GoofyMachine reconcilers do for each cluster.
+	setup := make([]time.Duration, 0, clusters)
+	names := make([]string, clusters)
+	nodeNames := make([][]string, clusters)
+	b.ResetTimer()
+	setupStart := time.Now()
+	for i := range clusters {
+		name := fmt.Sprintf("bench/c%04d", i)
+		names[i] = name
+		start := time.Now()
+		l, err := m.InitWorkloadClusterListener(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, _ := l.GetClient()
+		now := metav1.Now()
+		for j := range cps + workers {
+			node := fmt.Sprintf("c%04d-%s-%d", i, map[bool]string{true: "cp", false: "md"}[j < cps], j)
+			nodeNames[i] = append(nodeNames[i], node)
+			benchCreateWithStatus(b, c, workload.Node(workload.NodeSpec{
+				Name: node, ProviderID: "goofy://" + name + "/" + node, KubeletVersion: "v1.36.3",
+				InternalIP: fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+10), ControlPlane: j < cps, Ready: true,
+			}, now))
+			if j >= cps {
+				continue
+			}
+			for _, comp := range []string{workload.Etcd, workload.KubeAPIServer, workload.KubeControllerManager, workload.KubeScheduler} {
+				benchCreateWithStatus(b, c, workload.StaticPod(comp, node, "v1.36.3", "10.0.0.1", now))
+			}
+			if err := m.AddEtcdMember(name, workload.StaticPodName(workload.Etcd, node), cc.etcdCA, cc.etcdCAKey); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.AddAPIServer(name, workload.StaticPodName(workload.KubeAPIServer, node), cc.ca, cc.caKey); err != nil {
+				b.Fatal(err)
+			}
+			if j == 0 {
+				for _, obj := range workload.ClusterObjects(workload.ClusterSpec{
+					ClusterName: name, KubernetesVersion: "v1.36.3", ControlPlaneEndpoint: l.HostPort(),
+					DNSDomain: "cluster.local", PodSubnet: "192.168.0.0/16", ServiceSubnet: "10.128.0.0/12",
+				}) {
+					if err := c.Create(ctx, obj); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		}
+		setup = append(setup, time.Since(start))
+	}
+	setupTotal := time.Since(setupStart)
+	b.StopTimer()
+	runtime.GC()
+	rssServer := benchRSS() - rssBefore
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+
+	// CAPI-like load.
+	var (
+		lists, listErrs, etcdCalls, etcdErrs, events atomic.Int64
+		mu                                           sync.Mutex
+		listLat, etcdLat                             []time.Duration
+		peakRSS                                      atomic.Int64
+	)
+	loadCtx, stopLoad := context.WithTimeout(ctx, loadFor+30*time.Second)
+	defer stopLoad()
+	// CAPI's kubeconfig for a cluster holds a client certificate of system:masters signed by the
+	// cluster CA; all clusters share the CA here, so one certificate serves them all (and no RSA key
+	// is generated per cluster, which would dominate the run).
+	adminCert, adminKey := clientCert(b, cc, "kubernetes-admin", []string{"system:masters"}, time.Hour)
+	restConfigs := make([]*rest.Config, clusters)
+	clientsets := make([]*kubernetes.Clientset, clusters)
+	for i := range clusters {
+		l, _ := m.Listener(names[i])
+		restConfigs[i] = &rest.Config{Host: l.Address(), TLSClientConfig: rest.TLSClientConfig{
+			CAData: pemCert(cc.ca), CertData: adminCert, KeyData: adminKey}}
+		cs, err := kubernetes.NewForConfig(restConfigs[i])
+		if err != nil {
+			b.Fatal(err)
+		}
+		clientsets[i] = cs
+	}
+	var wg sync.WaitGroup
+	// One Node watch per cluster, as CAPI's cluster cache keeps.
+	for i := range clusters {
+		w, err := clientsets[i].CoreV1().Nodes().Watch(loadCtx, metav1.ListOptions{})
+		if err != nil {
+			b.Fatalf("watching nodes of %s: %v", names[i], err)
+		}
+		wg.Add(1)
+		go func(w watch.Interface) {
+			defer wg.Done()
+			defer w.Stop()
+			for {
+				select {
+				case <-loadCtx.Done():
+					return
+				case _, ok := <-w.ResultChan():
+					if !ok {
+						return
+					}
+					events.Add(1)
+				}
+			}
+		}(w)
+	}
+	loadStart := time.Now()
+	running := func() bool { return time.Since(loadStart) < loadFor && loadCtx.Err() == nil }
+	// Node lists.
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(rand.Uint64(), 1))
+			for running() {
+				i := r.IntN(clusters)
+				t := time.Now()
+				nl, err := clientsets[i].CoreV1().Nodes().List(loadCtx, metav1.ListOptions{})
+				d := time.Since(t)
+				if err != nil || len(nl.Items) != cps+workers {
+					listErrs.Add(1)
+					continue
+				}
+				lists.Add(1)
+				mu.Lock()
+				listLat = append(listLat, d)
+				mu.Unlock()
+			}
+		}()
+	}
+	// KCP's etcd health check: a new client through port-forward, then MemberList.
+	certPEM, keyPEM := clientCertFrom(b, cc.etcdCA, cc.etcdCAKey, "kube-etcd-healthcheck-client")
+	etcdCert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		b.Fatal(err)
+	}
+	etcdTLS := &tls.Config{RootCAs: pool(cc.etcdCA), Certificates: []tls.Certificate{etcdCert}, MinVersion: tls.VersionTLS12}
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(rand.Uint64(), 2))
+			for running() {
+				i := r.IntN(clusters)
+				t := time.Now()
+				err := func() error {
+					cctx, cancel := context.WithTimeout(loadCtx, 10*time.Second)
+					defer cancel()
+					ec, err := kcpetcd.NewClient(cctx, kcpetcd.ClientConfiguration{
+						Endpoint:  "etcd-" + nodeNames[i][r.IntN(cps)],
+						Proxy:     proxy.Proxy{Kind: "pods", Namespace: metav1.NamespaceSystem, Port: EtcdClientPort, KubeConfig: restConfigs[i]},
+						TLSConfig: etcdTLS, DialTimeout: 10 * time.Second, CallTimeout: 10 * time.Second,
+					})
+					if err != nil {
+						return err
+					}
+					defer func() { _ = ec.Close() }()
+					members, err := ec.Members(cctx)
+					if err == nil && len(members) != cps {
+						err = fmt.Errorf("%d members, want %d", len(members), cps)
+					}
+					return err
+				}()
+				d := time.Since(t)
+				if err != nil {
+					etcdErrs.Add(1)
+					continue
+				}
+				etcdCalls.Add(1)
+				mu.Lock()
+				etcdLat = append(etcdLat, d)
+				mu.Unlock()
+			}
+		}()
+	}
+	// Kubelet-like heartbeats keep the watches busy; the sampler tracks peak RSS under load.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r := rand.New(rand.NewPCG(rand.Uint64(), 3))
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for running() {
+			<-tick.C
+			i := r.IntN(clusters)
+			l, _ := m.Listener(names[i])
+			c, _ := l.GetClient()
+			n := &corev1.Node{}
+			if err := c.Get(loadCtx, client.ObjectKey{Name: nodeNames[i][r.IntN(cps+workers)]}, n); err != nil {
+				continue
+			}
+			for k := range n.Status.Conditions {
+				n.Status.Conditions[k].LastHeartbeatTime = metav1.Now()
+			}
+			_ = c.Status().Update(loadCtx, n)
+			if rss := benchRSS(); rss > peakRSS.Load() {
+				peakRSS.Store(rss)
+			}
+		}
+	}()
+	for running() {
+		time.Sleep(100 * time.Millisecond)
+	}
+	stopLoad()
+	wg.Wait()
+	elapsed := time.Since(loadStart).Seconds()
+
+	fleet := fmt.Sprintf("%dx%d", clusters, cps+workers)
+	b.ReportMetric(float64(rssServer)/(1<<20), "MiB-RSS-fleet-"+fleet)
+	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "MiB-heap-inuse")
+	b.ReportMetric(float64(peakRSS.Load()-rssBefore)/(1<<20), "MiB-RSS-under-load")
+	b.ReportMetric(setupTotal.Seconds(), "s-setup-total")
+	benchReport(b, "setup", setup)
+	benchReport(b, "node-list", listLat)
+	benchReport(b, "etcd-memberlist", etcdLat)
+	b.ReportMetric(float64(lists.Load())/elapsed, "lists/s")
+	b.ReportMetric(float64(etcdCalls.Load())/elapsed, "etcd-checks/s")
+	b.ReportMetric(float64(events.Load()), "watch-events")
+	if listErrs.Load() > 0 || etcdErrs.Load() > 0 {
+		b.Errorf("errors under load: %d node lists, %d etcd checks", listErrs.Load(), etcdErrs.Load())
+	}
+	if clusters == 1000 && cps+workers == 6 && rssServer > 1<<30 {
+		b.Errorf("1,000 clusters × 6 machines take %d MiB resident, over the 1 GiB goal", rssServer>>20)
+	}
+}
+
+// benchCreateWithStatus creates obj and writes its status, as kubelet does (create ignores status).
+func benchCreateWithStatus(b *testing.B, c client.Client, obj client.Object) {
+	withStatus := obj.DeepCopyObject().(client.Object)
+	if err := c.Create(context.Background(), obj); err != nil {
+		b.Fatal(err)
+	}
+	withStatus.SetResourceVersion(obj.GetResourceVersion())
+	withStatus.SetUID(obj.GetUID())
+	if err := c.Status().Update(context.Background(), withStatus); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// benchReport reports p50 and p99 of d in milliseconds.
+func benchReport(b *testing.B, what string, d []time.Duration) {
+	if len(d) == 0 {
+		return
+	}
+	s := append([]time.Duration(nil), d...)
+	slices.Sort(s)
+	at := func(p float64) float64 { return float64(s[int(p*float64(len(s)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(at(0.5), what+"-p50-ms")
+	b.ReportMetric(at(0.99), what+"-p99-ms")
+}
+
+// benchRSS is this process's resident set size from /proc/self/status (0 where there is none).
+func benchRSS() int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	const key = "VmRSS:"
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, key); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}

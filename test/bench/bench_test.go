@@ -1,0 +1,243 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/testenv"
+)
+
+func TestParseStat(t *testing.T) {
+	g := NewWithT(t)
+	// A command name with spaces and parentheses must not shift the fields.
+	stat := []byte("4242 (a (b) c) S 17 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 1000 200000000 3000 18446744073709551615")
+	cpu, err := parseStatCPU(stat)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(cpu).To(BeNumerically("~", 3.0, 1e-9)) // (250+50) ticks
+	ppid, err := parseStatPPID(stat)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ppid).To(Equal(17))
+	_, err = parseStatCPU([]byte("garbage"))
+	g.Expect(err).To(HaveOccurred())
+}
+
+func TestReadProcAndChildren(t *testing.T) {
+	g := NewWithT(t)
+	// Burn some CPU so that the reading is not zero.
+	deadline := time.Now().Add(300 * time.Millisecond)
+	x := 0
+	for time.Now().Before(deadline) {
+		x++
+	}
+	ps, err := ReadProc(os.Getpid())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ps.CPUSeconds).To(BeNumerically(">", 0))
+	g.Expect(ps.RSSBytes).To(BeNumerically(">", 1<<20))
+	g.Expect(ps.PeakRSS).To(BeNumerically(">=", ps.RSSBytes))
+
+	cmd := exec.Command("sleep", "30")
+	g.Expect(cmd.Start()).To(Succeed())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	g.Expect(ChildProcesses()).To(HaveKeyWithValue("sleep", cmd.Process.Pid))
+
+	s := NewSampler(map[string]int{"self": os.Getpid(), "sleep": cmd.Process.Pid}, 50*time.Millisecond)
+	s.Mark()
+	deadline = time.Now().Add(200 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		x++
+	}
+	stats := s.Stop()
+	g.Expect(stats).To(HaveKey("self"))
+	g.Expect(stats["self"].CPUSeconds).To(BeNumerically(">", 0))
+	g.Expect(stats["self"].CPUSecondsTotal).To(BeNumerically(">=", stats["self"].CPUSeconds))
+	g.Expect(stats["sleep"].CPUSeconds).To(BeNumerically("<", stats["self"].CPUSeconds))
+	g.Expect(stats["sleep"].PeakRSSBytes).To(BeNumerically(">", 0))
+	_ = x
+}
+
+func TestCountRequests(t *testing.T) {
+	g := NewWithT(t)
+	log := strings.Join([]string{
+		`{"auditID":"1","stage":"ResponseComplete","verb":"get","userAgent":"goofy-manager","objectRef":{"resource":"secrets"},"requestReceivedTimestamp":"2026-01-01T00:00:01.000000Z"}`,
+		// A watch logs twice under one ID.
+		`{"auditID":"2","stage":"ResponseStarted","verb":"watch","userAgent":"capd-manager/v1.14.2 cluster-api-docker-controller-manager (linux/amd64)","objectRef":{"resource":"devmachines"},"requestReceivedTimestamp":"2026-01-01T00:00:02.000000Z"}`,
+		`{"auditID":"2","stage":"ResponseComplete","verb":"watch","userAgent":"capd-manager/v1.14.2 cluster-api-docker-controller-manager (linux/amd64)","objectRef":{"resource":"devmachines"},"requestReceivedTimestamp":"2026-01-01T00:00:02.000000Z"}`,
+		`{"auditID":"3","stage":"ResponseComplete","verb":"patch","userAgent":"goofy-manager","objectRef":{"resource":"goofymachines","subresource":"status"},"requestReceivedTimestamp":"2026-01-01T00:00:03.000000Z"}`,
+		// Outside the window on both sides.
+		`{"auditID":"4","stage":"ResponseComplete","verb":"get","userAgent":"goofy-manager","objectRef":{"resource":"secrets"},"requestReceivedTimestamp":"2026-01-01T00:00:00.500000Z"}`,
+		`{"auditID":"5","stage":"ResponseComplete","verb":"get","userAgent":"goofy-manager","objectRef":{"resource":"secrets"},"requestReceivedTimestamp":"2026-01-01T00:00:09.000000Z"}`,
+		`{"auditID":"6","stage":"ResponseComplete","verb":"get","userAgent":"","requestURI":"/version","requestReceivedTimestamp":"2026-01-01T00:00:04.000000Z"}`,
+	}, "\n")
+	rc, err := CountRequests(strings.NewReader(log), "2026-01-01T00:00:01.000000Z", "2026-01-01T00:00:09.000000Z")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(rc.ByClient).To(Equal(map[string]int{"goofy-manager": 2, "capd-manager": 1, "unknown": 1}))
+	g.Expect(rc.ByVerbResource["goofy-manager"]).To(Equal(map[string]int{"get secrets": 1, "patch goofymachines/status": 1}))
+	g.Expect(rc.ByVerbResource["capd-manager"]).To(Equal(map[string]int{"watch devmachines": 1}))
+
+	_, err = CountRequests(strings.NewReader("{not json"), "", "")
+	g.Expect(err).To(HaveOccurred())
+}
+
+// TestAuditFlagsWithKubeAPIServer proves the policy and flags are accepted by the real
+// kube-apiserver and that its log is counted per client: requests made with a known User-Agent show
+// up under it, by verb and resource.
+func TestAuditFlagsWithKubeAPIServer(t *testing.T) {
+	if !testenv.HaveAPIServer() {
+		t.Skip("kube-apiserver/etcd not built (hack/envtest.sh)")
+	}
+	g := NewWithT(t)
+	dir := t.TempDir()
+	flags, logPath, err := AuditFlags(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	env := &envtest.Environment{BinaryAssetsDirectory: testenv.AssetsDir(), ControlPlaneStartTimeout: 2 * time.Minute}
+	api := env.ControlPlane.GetAPIServer()
+	var apiLog bytes.Buffer
+	api.Out, api.Err = &apiLog, &apiLog
+	for k, v := range flags {
+		api.Configure().Set(k, v)
+	}
+	api.Configure().Set("audit-log-batch-max-wait", "1s")
+	cfg, err := env.Start()
+	g.Expect(err).NotTo(HaveOccurred(), "kube-apiserver output:\n%s", lastBytes(apiLog.Bytes(), 4000))
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = env.Stop()
+		}
+	}()
+
+	since := AuditTime(time.Now())
+	c := rest.CopyConfig(cfg)
+	c.UserAgent = "audit-probe/v1 (linux/amd64)"
+	cs, err := kubernetes.NewForConfig(c)
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx := context.Background()
+	for i := range 3 {
+		_, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-" + string(rune('a'+i))}}, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	_, err = cs.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	until := AuditTime(time.Now().Add(time.Second))
+	g.Expect(env.Stop()).To(Succeed()) // flushes the batch
+	stopped = true
+
+	f, err := os.Open(logPath)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer f.Close()
+	rc, err := CountRequests(f, since, until)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(rc.ByVerbResource["audit-probe"]).To(Equal(map[string]int{"create configmaps": 3, "list configmaps": 1}))
+}
+
+func TestRenderClusters(t *testing.T) {
+	for _, tc := range []struct {
+		template            []byte
+		infraCluster, infra string
+	}{
+		{goofyTemplate, "GoofyCluster", "GoofyMachineTemplate"},
+		{capdTemplate, "DevCluster", "DevMachineTemplate"},
+	} {
+		t.Run(tc.infraCluster, func(t *testing.T) {
+			g := NewWithT(t)
+			out, err := renderClusters(tc.template, Config{Clusters: 3, ControlPlane: 3, Workers: 2, Phase: 1500 * time.Millisecond, Jitter: "0", KubernetesVersion: "v1.36.3"})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out).To(HaveLen(3))
+			kinds := map[string]int{}
+			for _, doc := range bytes.Split(out[2], []byte("\n---\n")) {
+				u := &unstructured.Unstructured{}
+				g.Expect(yaml.Unmarshal(doc, &u.Object)).To(Succeed())
+				kinds[u.GetKind()]++
+				g.Expect(u.GetNamespace()).To(Equal(namespace))
+				g.Expect(u.GetName()).To(HavePrefix("bench-0002"))
+				switch u.GetKind() {
+				case "KubeadmControlPlane":
+					r, _, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "replicas")
+					g.Expect(r).To(BeNumerically("==", 3))
+				case "MachineDeployment":
+					r, _, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "replicas")
+					g.Expect(r).To(BeNumerically("==", 2))
+				case "DevCluster":
+					// CAPD v1.14.2 panics on a DevCluster without annotations.
+					g.Expect(u.GetAnnotations()).NotTo(BeEmpty())
+				case tc.infra:
+					d, _, _ := unstructured.NestedString(u.Object, "spec", "template", "spec", "backend", "inMemory", "vm", "provisioning", "startupDuration")
+					g.Expect(d).To(Equal("1.5s"))
+				}
+			}
+			g.Expect(kinds).To(Equal(map[string]int{
+				"Cluster": 1, tc.infraCluster: 1, "KubeadmControlPlane": 1, tc.infra: 2, "KubeadmConfigTemplate": 1, "MachineDeployment": 1,
+			}))
+		})
+	}
+}
+
+func TestPercentiles(t *testing.T) {
+	g := NewWithT(t)
+	var d []time.Duration
+	for i := 1; i <= 10; i++ {
+		d = append(d, time.Duration(i)*time.Second)
+	}
+	g.Expect(percentiles(d)).To(Equal(Percentiles{Count: 10, P50: 5, P90: 9, Max: 10}))
+	g.Expect(percentiles(nil)).To(Equal(Percentiles{}))
+	g.Expect(percentiles([]time.Duration{time.Second})).To(Equal(Percentiles{Count: 1, P50: 1, P90: 1, Max: 1}))
+}
+
+func TestReport(t *testing.T) {
+	g := NewWithT(t)
+	mk := func(p, proc, client string, cpu float64, rss int64, reqs int, all float64) *Result {
+		return &Result{
+			Provider: p, Clusters: 2, ControlPlane: 1, Workers: 1, AvailableClusters: 2, AllAvailableSeconds: all,
+			ProviderProcess: proc, ProviderClient: client,
+			Processes:         map[string]ProcStats{proc: {CPUSeconds: cpu, PeakRSSBytes: rss}, "kube-apiserver": {CPUSeconds: 50}},
+			Requests:          RequestCounts{ByClient: map[string]int{client: reqs}, ByVerbResource: map[string]map[string]int{client: {"get secrets": reqs}}},
+			AvailableOverTime: [][2]float64{{0, 0}, {10, 1}, {all, 2}},
+			Phases:            map[string]Percentiles{"worker: created→nodeReady": {Count: 2, P50: 3, P90: 4, Max: 4}},
+		}
+	}
+	r := NewReport([]*Result{
+		mk("goofy", "goofy", "goofy-manager", 10, 50<<20, 100, 40),
+		mk("capd-inmemory", "capd", "capd-manager", 40, 200<<20, 400, 80),
+	})
+	g.Expect(*r.Ratios).To(Equal(Ratios{Of: "goofy", To: "capd-inmemory", CPUSeconds: 0.25, PeakRSS: 0.25, Requests: 0.25, AllAvailableSec: 0.5}))
+
+	var buf bytes.Buffer
+	r.WriteText(&buf)
+	g.Expect(buf.String()).To(ContainSubstring("provider peak RSS (MiB)"))
+	g.Expect(buf.String()).To(MatchRegexp(`provider API requests\s+100\s+400`))
+	g.Expect(buf.String()).To(ContainSubstring("worker: created→nodeReady"))
+
+	dir := t.TempDir()
+	g.Expect(r.WriteJSON(filepath.Join(dir, "report.json"))).To(Succeed())
+	plotPath := filepath.Join(dir, "available.png")
+	g.Expect(r.WritePlot(plotPath)).To(Succeed())
+	f, err := os.Open(plotPath)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer f.Close()
+	img, err := png.Decode(f)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(img.Bounds().Dx()).To(BeNumerically(">", 500))
+}
+
+func lastBytes(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
