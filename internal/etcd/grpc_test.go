@@ -57,6 +57,11 @@ func newEnvOn(t *testing.T, c client.Client, pods ...string) *env {
 // client returns a clientv3 client that talks to the member in pod.
 func (e *env) client(pod string) *clientv3.Client {
 	e.t.Helper()
+	return e.clientTB(e.t, pod)
+}
+
+func (e *env) clientTB(tb testing.TB, pod string) *clientv3.Client {
+	tb.Helper()
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   []string{pod},
 		DialTimeout: 5 * time.Second,
@@ -67,9 +72,9 @@ func (e *env) client(pod string) *clientv3.Client {
 		Logger: zap.NewNop(),
 	})
 	if err != nil {
-		e.t.Fatal(err)
+		tb.Fatal(err)
 	}
-	e.t.Cleanup(func() { _ = cli.Close() })
+	tb.Cleanup(func() { _ = cli.Close() })
 	return cli
 }
 
