@@ -154,7 +154,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, notFound())
 		return
 	}
-	r = r.WithContext(apirequest.WithRequestInfo(r.Context(), info))
 	h.serveResource(w, r, info)
 }
 

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"sigs.k8s.io/yaml"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
@@ -75,7 +76,8 @@ func (h *handler) serveSubresource(rq *reqScope) {
 			h.writeError(rq.w, rq.r, notFound())
 			return
 		}
-		h.opts.PortForward.ServeHTTP(rq.w, rq.r)
+		info, _ := h.infoFact.NewRequestInfo(rq.r)
+		h.opts.PortForward.ServeHTTP(rq.w, rq.r.WithContext(apirequest.WithRequestInfo(rq.r.Context(), info)))
 	default:
 		h.writeError(rq.w, rq.r, notFound())
 	}
