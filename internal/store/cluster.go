@@ -140,7 +140,7 @@ func (b *kindBehavior) requestNamespace(namespace string) (string, error) {
 
 // typedCopy returns a private typed copy of a request object, converting unstructured input.
 func (b *kindBehavior) typedCopy(obj runtime.Object) (client.Object, error) {
-	if obj == nil {
+	if obj == nil || reflect.ValueOf(obj).IsNil() {
 		return nil, apierrors.NewBadRequest("no object provided")
 	}
 	if u, ok := obj.(*unstructured.Unstructured); ok {

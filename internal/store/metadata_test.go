@@ -86,6 +86,10 @@ func TestCreateSetsSystemMetadata(t *testing.T) {
 	g.Expect(apierrors.IsBadRequest(err)).To(BeTrue(), "namespace mismatch")
 	_, err = c.Create(configMapsGVR, "default", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "s"}}, CreateOptions{})
 	g.Expect(apierrors.IsBadRequest(err)).To(BeTrue(), "kind mismatch")
+	_, err = c.Create(configMapsGVR, "default", (*corev1.ConfigMap)(nil), CreateOptions{})
+	g.Expect(apierrors.IsBadRequest(err)).To(BeTrue(), "nil object")
+	_, err = c.Create(schemaGVR{Resource: "widgets", Version: "v1"}, "default", configMap("default", "w", nil), CreateOptions{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "unknown resource")
 	_, err = c.Get(configMapsGVR, "default", "missing")
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
 }
