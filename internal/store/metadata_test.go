@@ -415,6 +415,18 @@ func TestGarbageCollection(t *testing.T) {
 		g.Expect(got.GetOwnerReferences()).To(HaveLen(1))
 		g.Expect(got.GetOwnerReferences()[0].Name).To(Equal("b"))
 	})
+	t.Run("an owner of an unserved kind cannot be checked and keeps the dependent", func(t *testing.T) {
+		g := NewWithT(t)
+		c := newTestCluster(t)
+		a := mustCreate(t, c, configMap("default", "a", nil))
+		dep := configMap("default", "dep", nil)
+		dep.OwnerReferences = []metav1.OwnerReference{ownerRef(a, "ConfigMap", "v1"),
+			{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "Machine", Name: "m", UID: "machine-uid"}}
+		mustCreate(t, c, dep)
+		_, err := c.Delete(configMapsGVR, "default", "a", DeleteOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(mustGet(t, c, dep).GetOwnerReferences()).To(HaveLen(1))
+	})
 }
 
 func ownerRef(owner client.Object, kind, apiVersion string) metav1.OwnerReference {

@@ -508,6 +508,21 @@ func (c *Cluster) ownerOf(namespace string, ref metav1.OwnerReference) (*kindBeh
 	return b, obj
 }
 
+// ownerAlive reports whether the owner a reference names still exists. Owners of kinds this
+// store does not serve cannot be checked and count as alive, so their dependents are kept, as the
+// real garbage collector keeps dependents whose owners it cannot resolve.
+func (c *Cluster) ownerAlive(namespace string, ref metav1.OwnerReference) bool {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return true
+	}
+	if _, ok := shared().byGVK[gv.WithKind(ref.Kind)]; !ok {
+		return true
+	}
+	_, o := c.ownerOf(namespace, ref)
+	return o != nil
+}
+
 // collectDependents deletes the dependents of a removed owner whose owners are now all gone, and
 // drops the dangling reference from dependents that still have a live owner (the GC's job).
 func (c *Cluster) collectDependents(owner client.Object) {
@@ -522,7 +537,7 @@ func (c *Cluster) collectDependents(owner client.Object) {
 			if r.UID == owner.GetUID() {
 				continue
 			}
-			if _, o := c.ownerOf(dep.GetNamespace(), r); o != nil {
+			if c.ownerAlive(dep.GetNamespace(), r) {
 				alive = true
 			}
 		}
