@@ -2,6 +2,7 @@ package workload
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -86,6 +87,34 @@ func ClusterConfiguration(s ClusterSpec) string {
 	return b.String()
 }
 
+// defaultServiceSubnet is kubeadm's service CIDR when the cluster sets none.
+const defaultServiceSubnet = "10.96.0.0/12"
+
+// DNSServiceIP is the address kubeadm gives the kube-dns Service and kubelet's clusterDNS: the
+// 10th address of the (first) service subnet.
+func DNSServiceIP(serviceSubnet string) string {
+	first, _, _ := strings.Cut(serviceSubnet, ",")
+	p, err := netip.ParsePrefix(strings.TrimSpace(first))
+	if err != nil {
+		p = netip.MustParsePrefix(defaultServiceSubnet)
+	}
+	ip := p.Masked().Addr()
+	for i := 0; i < 10; i++ {
+		ip = ip.Next()
+	}
+	return ip.String()
+}
+
+// kubeletConfiguration is the KubeletConfiguration kubeadm stores in kubelet-config.
+func kubeletConfiguration(s ClusterSpec) string {
+	dnsDomain := s.DNSDomain
+	if dnsDomain == "" {
+		dnsDomain = "cluster.local"
+	}
+	return fmt.Sprintf("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\nclusterDNS:\n- %s\nclusterDomain: %s\n",
+		DNSServiceIP(s.ServiceSubnet), dnsDomain)
+}
+
 // Corefile is the CoreDNS configuration kubeadm writes.
 func Corefile(dnsDomain string) string {
 	if dnsDomain == "" {
@@ -132,7 +161,7 @@ func ClusterObjects(s ClusterSpec) []client.Object {
 		},
 		&corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: "kubelet-config", Namespace: sys},
-			Data:       map[string]string{"kubelet": "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\nclusterDNS:\n- 10.128.0.10\nclusterDomain: cluster.local\n"},
+			Data:       map[string]string{"kubelet": kubeletConfiguration(s)},
 		},
 		&corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: "cluster-info", Namespace: metav1.NamespacePublic},
@@ -219,7 +248,7 @@ func ClusterObjects(s ClusterSpec) []client.Object {
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy", Namespace: sys}},
 		&corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: "kube-dns", Namespace: sys, Labels: labels("kube-dns")},
-			Spec: corev1.ServiceSpec{Selector: labels("kube-dns"), Ports: []corev1.ServicePort{
+			Spec: corev1.ServiceSpec{ClusterIP: DNSServiceIP(s.ServiceSubnet), Selector: labels("kube-dns"), Ports: []corev1.ServicePort{
 				{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}, {Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP}}},
 		},
 	}
