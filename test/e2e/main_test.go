@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/testenv"
 	"github.com/goofy-capi/cluster-api-provider-goofy/test/e2e/harness"
 )
@@ -35,6 +38,7 @@ const maxClusters = 3
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	ctrllog.SetLogger(logr.Discard()) // envtest's own logging; the plane reports progress itself
 	code := func() int {
 		if reason := prepare(); reason != "" {
 			skipReason = reason

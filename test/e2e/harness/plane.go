@@ -86,6 +86,8 @@ type Plane struct {
 	GoofyHealthURL string
 	// CAPIManagers are the three CAPI manager processes.
 	CAPIManagers []*Process
+
+	logs []*os.File // etcd's and kube-apiserver's log files, closed by Stop
 }
 
 // capiComponent describes one CAPI manager: its binary and where its config lives in the module.
@@ -169,6 +171,7 @@ func (p *Plane) startAPIServer() error {
 		return err
 	}
 	api.Out, api.Err = af, af
+	p.logs = append(p.logs, af)
 	if p.env.ControlPlane.Etcd == nil {
 		p.env.ControlPlane.Etcd = &envtest.Etcd{}
 	}
@@ -177,6 +180,7 @@ func (p *Plane) startAPIServer() error {
 		return err
 	}
 	p.env.ControlPlane.Etcd.Out, p.env.ControlPlane.Etcd.Err = ef, ef
+	p.logs = append(p.logs, ef)
 	cfg, err := p.env.Start()
 	if err != nil {
 		return fmt.Errorf("starting etcd and kube-apiserver: %w (logs: %s, %s)", err, p.logFile("etcd"), p.logFile("kube-apiserver"))
@@ -387,6 +391,10 @@ func (p *Plane) Stop() {
 		}
 		p.env = nil
 	}
+	for _, f := range p.logs {
+		f.Close()
+	}
+	p.logs = nil
 }
 
 // WebhookConfigurationNames lists the webhook configurations registered for the CAPI managers.

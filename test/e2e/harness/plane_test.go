@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/testenv"
 )
@@ -30,6 +32,7 @@ func TestPlaneWithCAPI(t *testing.T) {
 	if err := bins.check(false); err != nil {
 		t.Skipf("management plane binaries not built (run hack/capi-managers.sh and ENVTEST_BINARIES='kube-controller-manager' hack/envtest.sh): %v", err)
 	}
+	ctrllog.SetLogger(logr.Discard()) // envtest's own logging; the plane reports through Progress
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -17,6 +17,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/goofy-capi/cluster-api-provider-goofy/test/e2e/harness"
 )
 
@@ -40,6 +43,7 @@ func run() error {
 	timeout := flag.Duration("timeout", 10*time.Minute, "how long to wait for the cluster to become Available")
 	exitWhenAvailable := flag.Bool("exit-when-available", false, "stop and clean up once the cluster is Available (for scripts)")
 	flag.Parse()
+	ctrllog.SetLogger(logr.Discard()) // envtest's own logging; the harness prints progress itself
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
