@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	kcpetcd "sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg/etcd"
 	"sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg/proxy"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -61,6 +63,10 @@ func BenchmarkMuxScale(b *testing.B) {
 }
 
 func benchMuxScale(b *testing.B, clusters, cps, workers int, loadFor time.Duration) {
+	// Watches cancelled at the end of the load make the API server handler log; keep output readable.
+	klog.SetOutput(io.Discard)
+	klog.LogToStderr(false)
+	defer klog.LogToStderr(true)
 	runtime.GC()
 	rssBefore := benchRSS()
 	m, err := NewWorkloadClustersMux(store.NewManager(), "127.0.0.1", WithPortRange(50000, 50000+clusters+99))
@@ -190,7 +196,7 @@ func benchMuxScale(b *testing.B, clusters, cps, workers int, loadFor time.Durati
 			for running() {
 				i := r.IntN(clusters)
 				t := time.Now()
-				nl, err := clientsets[i].CoreV1().Nodes().List(loadCtx, metav1.ListOptions{})
+				nl, err := clientsets[i].CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 				d := time.Since(t)
 				if err != nil || len(nl.Items) != cps+workers {
 					listErrs.Add(1)
@@ -219,7 +225,7 @@ func benchMuxScale(b *testing.B, clusters, cps, workers int, loadFor time.Durati
 				i := r.IntN(clusters)
 				t := time.Now()
 				err := func() error {
-					cctx, cancel := context.WithTimeout(loadCtx, 10*time.Second)
+					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 					defer cancel()
 					ec, err := kcpetcd.NewClient(cctx, kcpetcd.ClientConfiguration{
 						Endpoint:  "etcd-" + nodeNames[i][r.IntN(cps)],

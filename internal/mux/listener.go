@@ -53,6 +53,11 @@ type WorkloadClusterListener struct {
 	etcdCerts   map[string]*tls.Certificate // by etcd pod name (the SNI)
 	etcd        *etcd.Server
 
+	// forwarded maps the local address of connections dialSelf opened for a port-forward to
+	// an etcd pod to that pod's name: clients such as etcdctl behind `kubectl port-forward` send
+	// SNI "localhost" (or none), so the tunnel tells which member they mean.
+	forwarded sync.Map
+
 	// Serving state: set while at least one API server is registered.
 	srv         *http.Server
 	grpcSrv     *grpc.Server
@@ -311,7 +316,13 @@ func (l *WorkloadClusterListener) stop(ctx context.Context) {
 func (l *WorkloadClusterListener) tlsConfigFor(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if cert, ok := l.etcdCerts[hello.ServerName]; ok {
+	name := hello.ServerName
+	if _, ok := l.etcdCerts[name]; !ok && hello.Conn != nil {
+		if pod, ok := l.forwarded.Load(hello.Conn.RemoteAddr().String()); ok {
+			name = pod.(string)
+		}
+	}
+	if cert, ok := l.etcdCerts[name]; ok {
 		return &tls.Config{
 			Certificates: []tls.Certificate{*cert},
 			ClientAuth:   tls.RequireAndVerifyClientCert,
@@ -344,12 +355,16 @@ func (l *WorkloadClusterListener) routes(api http.Handler) http.Handler {
 	authenticated := authenticate(instrument(api))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+			member := r.TLS.ServerName
+			if pod, ok := l.forwarded.Load(r.RemoteAddr); ok {
+				member = pod.(string)
+			}
 			l.mu.Lock()
-			_, isEtcd := l.etcdCerts[r.TLS.ServerName]
+			_, isEtcd := l.etcdCerts[member]
 			grpcSrv := l.grpcSrv
 			l.mu.Unlock()
 			if isEtcd && grpcSrv != nil {
-				r = r.WithContext(etcd.ContextWithMember(r.Context(), r.TLS.ServerName))
+				r = r.WithContext(etcd.ContextWithMember(r.Context(), member))
 				grpcSrv.ServeHTTP(w, r)
 				return
 			}
@@ -395,11 +410,29 @@ func (l *WorkloadClusterListener) lookupPodPort(_ context.Context, namespace, na
 
 // dialSelf connects a forwarded stream back into this listener; the client's TLS (with the pod
 // name as server name) flows through it unchanged and picks the member's certificate.
-func (l *WorkloadClusterListener) dialSelf(ctx context.Context, _, _ string, _ int32) (net.Conn, error) {
+func (l *WorkloadClusterListener) dialSelf(ctx context.Context, _, pod string, port int32) (net.Conn, error) {
 	host := l.mux.bindAddress
 	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
 		host = "127.0.0.1"
 	}
 	var d net.Dialer
-	return d.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(l.port)))
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(l.port)))
+	if err != nil || port != EtcdClientPort {
+		return conn, err
+	}
+	key := conn.LocalAddr().String()
+	l.forwarded.Store(key, pod)
+	return &forwardedConn{Conn: conn, release: func() { l.forwarded.Delete(key) }}, nil
+}
+
+// forwardedConn forgets its port-forward tag when closed.
+type forwardedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *forwardedConn) Close() error {
+	c.once.Do(c.release)
+	return c.Conn.Close()
 }
