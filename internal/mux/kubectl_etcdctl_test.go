@@ -127,4 +127,3 @@ func portForward(t *testing.T, kubectl, kubeconfigPath, pod string, port int) st
 	}
 	return ""
 }
-
