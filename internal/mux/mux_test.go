@@ -15,7 +15,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -120,8 +119,11 @@ func TestIsolationBetweenClusters(t *testing.T) {
 	expired := rest.CopyConfig(anon)
 	expired.CertData, expired.KeyData = clientCert(t, ccA, "kubernetes-admin", []string{"system:masters"}, -time.Hour)
 	_, err = kubernetes.NewForConfigOrDie(expired).CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-	g.Expect(err).To(HaveOccurred())
-	g.Expect(apierrors.IsUnauthorized(err) || isTLSError(err)).To(BeTrue(), "got %v", err)
+	// The handshake fails (the server rejects the certificate); how the client reports it depends
+	// on timing (bad certificate alert, broken pipe, connection reset).
+	g.Expect(err).To(HaveOccurred(), "an expired client certificate was accepted")
+	var status apierrors.APIStatus
+	g.Expect(errors.As(err, &status) && !apierrors.IsUnauthorized(err)).To(BeFalse(), "got %v", err)
 
 	// A valid certificate of an identity the cluster does not authorize: 403.
 	stranger := rest.CopyConfig(anon)
@@ -323,7 +325,3 @@ func issueClientCert(t testing.TB, ca *x509.Certificate, caKey crypto.Signer, cn
 	return pemCert(cert), kp
 }
 
-func isTLSError(err error) bool {
-	var certErr *tls.CertificateVerificationError
-	return errors.As(err, &certErr) || err != nil && (strings.Contains(err.Error(), "tls:") || strings.Contains(err.Error(), "certificate") || strings.Contains(err.Error(), "remote error") || strings.Contains(err.Error(), "could not be established"))
-}
