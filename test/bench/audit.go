@@ -27,14 +27,27 @@ rules:
 - level: Metadata
 `
 
+// bodiesRule logs request bodies of writes to infrastructure kinds: with it the log shows what
+// each provider patch changed (for analysis; it makes the log larger).
+const bodiesRule = `- level: Request
+  verbs: ["create", "update", "patch"]
+  resources:
+  - group: infrastructure.cluster.x-k8s.io
+`
+
 // AuditFlags writes the policy into dir and returns the kube-apiserver flags that enable a JSON
-// audit log at dir/audit.log.
-func AuditFlags(dir string) (map[string]string, string, error) {
+// audit log at dir/audit.log. With bodies, writes to infrastructure kinds are logged with their
+// request bodies.
+func AuditFlags(dir string, bodies bool) (map[string]string, string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, "", err
 	}
 	policy := filepath.Join(dir, "audit-policy.yaml")
-	if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+	content := auditPolicy
+	if bodies {
+		content = strings.Replace(content, "- level: Metadata\n", bodiesRule+"- level: Metadata\n", 1)
+	}
+	if err := os.WriteFile(policy, []byte(content), 0o644); err != nil {
 		return nil, "", err
 	}
 	log := filepath.Join(dir, "audit.log")

@@ -50,6 +50,7 @@ func TestReadProcAndChildren(t *testing.T) {
 	g.Expect(ps.CPUSeconds).To(BeNumerically(">", 0))
 	g.Expect(ps.RSSBytes).To(BeNumerically(">", 1<<20))
 	g.Expect(ps.PeakRSS).To(BeNumerically(">=", ps.RSSBytes))
+	g.Expect(ps.AnonBytes).To(BeNumerically(">", 0))
 
 	cmd := exec.Command("sleep", "30")
 	g.Expect(cmd.Start()).To(Succeed())
@@ -103,7 +104,7 @@ func TestAuditFlagsWithKubeAPIServer(t *testing.T) {
 	}
 	g := NewWithT(t)
 	dir := t.TempDir()
-	flags, logPath, err := AuditFlags(dir)
+	flags, logPath, err := AuditFlags(dir, true)
 	g.Expect(err).NotTo(HaveOccurred())
 	env := &envtest.Environment{BinaryAssetsDirectory: testenv.AssetsDir(), ControlPlaneStartTimeout: 2 * time.Minute}
 	api := env.ControlPlane.GetAPIServer()

@@ -21,6 +21,7 @@ type ProcSample struct {
 	CPUSeconds float64 // user + system time since the process started
 	RSSBytes   int64   // VmRSS
 	PeakRSS    int64   // VmHWM: the kernel's own high-water mark of the resident set
+	AnonBytes  int64   // RssAnon: the resident heap and stacks, without the mapped binary
 }
 
 // ReadProc reads /proc/<pid>/stat and /proc/<pid>/status.
@@ -38,6 +39,7 @@ func ReadProc(pid int) (ProcSample, error) {
 		return s, err
 	}
 	s.RSSBytes, s.PeakRSS = parseStatusKB(status, "VmRSS:")*1024, parseStatusKB(status, "VmHWM:")*1024
+	s.AnonBytes = parseStatusKB(status, "RssAnon:") * 1024
 	return s, nil
 }
 
@@ -128,6 +130,9 @@ type ProcStats struct {
 	PeakRSSBytes int64 `json:"peakRSSBytes"`
 	// SampledPeakRSSBytes is the largest VmRSS seen by the 1 s sampler (a cross-check).
 	SampledPeakRSSBytes int64 `json:"sampledPeakRSSBytes"`
+	// SampledPeakAnonBytes is the largest RssAnon seen: the resident set without file-backed pages
+	// (the binary's text), i.e. what the process itself allocated.
+	SampledPeakAnonBytes int64 `json:"sampledPeakAnonBytes"`
 }
 
 // Sampler follows a set of processes: it reads them every interval so that the last reading
@@ -138,6 +143,7 @@ type Sampler struct {
 	start    map[string]ProcSample
 	last     map[string]ProcSample
 	maxRSS   map[string]int64
+	maxAnon  map[string]int64
 	stop     chan struct{}
 	done     chan struct{}
 	interval time.Duration
@@ -146,7 +152,7 @@ type Sampler struct {
 // NewSampler starts sampling the named processes every interval.
 func NewSampler(pids map[string]int, interval time.Duration) *Sampler {
 	s := &Sampler{
-		pids: pids, start: map[string]ProcSample{}, last: map[string]ProcSample{}, maxRSS: map[string]int64{},
+		pids: pids, start: map[string]ProcSample{}, last: map[string]ProcSample{}, maxRSS: map[string]int64{}, maxAnon: map[string]int64{},
 		stop: make(chan struct{}), done: make(chan struct{}), interval: interval,
 	}
 	s.sample()
@@ -177,9 +183,8 @@ func (s *Sampler) sample() {
 			continue // exited: keep the last reading
 		}
 		s.last[name] = ps
-		if ps.RSSBytes > s.maxRSS[name] {
-			s.maxRSS[name] = ps.RSSBytes
-		}
+		s.maxRSS[name] = max(s.maxRSS[name], ps.RSSBytes)
+		s.maxAnon[name] = max(s.maxAnon[name], ps.AnonBytes)
 	}
 }
 
@@ -203,11 +208,12 @@ func (s *Sampler) Stop() map[string]ProcStats {
 	out := map[string]ProcStats{}
 	for name, last := range s.last {
 		out[name] = ProcStats{
-			PID:                 s.pids[name],
-			CPUSeconds:          last.CPUSeconds - s.start[name].CPUSeconds,
-			CPUSecondsTotal:     last.CPUSeconds,
-			PeakRSSBytes:        max(last.PeakRSS, s.maxRSS[name]),
-			SampledPeakRSSBytes: s.maxRSS[name],
+			PID:                  s.pids[name],
+			CPUSeconds:           last.CPUSeconds - s.start[name].CPUSeconds,
+			CPUSecondsTotal:      last.CPUSeconds,
+			PeakRSSBytes:         max(last.PeakRSS, s.maxRSS[name]),
+			SampledPeakRSSBytes:  s.maxRSS[name],
+			SampledPeakAnonBytes: s.maxAnon[name],
 		}
 	}
 	return out

@@ -123,14 +123,14 @@ func (r *Report) WriteText(w io.Writer) {
 			return fmt.Sprintf("%.1f / %.1f / %.1f", p.P50, p.P90, p.Max)
 		})
 	}
-	fmt.Fprintln(tw, "processes (CPU s during scenario / total, peak RSS MiB)\t")
+	fmt.Fprintln(tw, "processes (CPU s during scenario / total, peak RSS MiB (anon))\t")
 	for _, k := range keys(procs) {
 		row("  "+k, func(x *Result) string {
 			p, ok := x.Processes[k]
 			if !ok {
 				return "-"
 			}
-			return fmt.Sprintf("%.1f / %.1f, %s", p.CPUSeconds, p.CPUSecondsTotal, mib(p.PeakRSSBytes))
+			return fmt.Sprintf("%.1f / %.1f, %s (%s)", p.CPUSeconds, p.CPUSecondsTotal, mib(p.PeakRSSBytes), mib(p.SampledPeakAnonBytes))
 		})
 	}
 	fmt.Fprintln(tw, "management API requests by client\t")

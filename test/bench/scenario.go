@@ -59,6 +59,8 @@ type Config struct {
 	// ProfileWindow > 0 collects back-to-back CPU profiles of that length and a heap profile from
 	// the provider (when it serves pprof).
 	ProfileWindow time.Duration
+	// AuditBodies logs the request bodies of writes to infrastructure kinds (what each patch changed).
+	AuditBodies bool
 
 	RepoRoot string
 	// OutDir receives the process logs, audit log, profiles and result of this run.
@@ -152,7 +154,7 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 	if err != nil {
 		return err
 	}
-	auditFlags, auditLog, err := AuditFlags(filepath.Join(cfg.OutDir, "audit"))
+	auditFlags, auditLog, err := AuditFlags(filepath.Join(cfg.OutDir, "audit"), cfg.AuditBodies)
 	if err != nil {
 		return err
 	}

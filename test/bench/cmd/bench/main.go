@@ -17,6 +17,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/goofy-capi/cluster-api-provider-goofy/test/bench"
 	"github.com/goofy-capi/cluster-api-provider-goofy/test/e2e/harness"
 )
@@ -63,8 +66,11 @@ func run() error {
 	k8s := flag.String("kubernetes-version", envOr("KUBERNETES_VERSION", "v1.36.3"), "Kubernetes version of the clusters")
 	portRange := flag.String("goofy-port-range", envOr("GOOFY_LISTENER_PORT_RANGE", "31000-39999"), "Goofy listener ports (CAPD uses 20000-30000)")
 	out := flag.String("out", "out/bench", "output directory")
+	auditBodies := flag.Bool("audit-bodies", os.Getenv("AUDIT_BODIES") != "", "log request bodies of the provider's writes to infrastructure kinds (env AUDIT_BODIES)")
 	flag.Parse()
 
+	// The observer's informers log through controller-runtime; the run's output is the report.
+	ctrllog.SetLogger(logr.Discard())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	repo, err := os.Getwd()
@@ -82,8 +88,16 @@ func run() error {
 	}
 
 	fmt.Println("== building what is missing (cached under ~/.cache/goofy; the first run takes a while)")
-	bins, err := harness.EnsureBinaries(ctx, repo, os.Stderr)
-	if err != nil {
+	// Build only what is missing (the bench needs no clusterctl); the Goofy manager is always
+	// rebuilt from this checkout (quick when nothing changed) into its own path.
+	bins := harness.DefaultBinaries(repo)
+	if bins.Check(false) != nil {
+		if bins, err = harness.EnsureBinaries(ctx, repo, os.Stderr); err != nil {
+			return err
+		}
+	}
+	bins.Goofy = filepath.Join(repo, "bin", "goofy-bench-manager")
+	if err := harness.BuildGoofy(ctx, repo, bins.Goofy, os.Stderr); err != nil {
 		return err
 	}
 	var capdBinary, capdModule string
@@ -103,7 +117,7 @@ func run() error {
 		res, err := bench.Run(ctx, bench.Config{
 			Provider: p, Clusters: *n, ControlPlane: *cp, Workers: *workers, Phase: *phase, Jitter: *jitter,
 			BatchSize: *batch, BatchInterval: *batchInterval, Timeout: *timeout, KubernetesVersion: *k8s,
-			GoofyPortRange: *portRange, ProfileWindow: *profile,
+			GoofyPortRange: *portRange, ProfileWindow: *profile, AuditBodies: *auditBodies,
 			RepoRoot: repo, OutDir: filepath.Join(runDir, p), Binaries: bins,
 			CAPDBinary: capdBinary, CAPDModule: capdModule, Progress: os.Stdout,
 		})
