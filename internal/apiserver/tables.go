@@ -185,7 +185,7 @@ func toTable(ri store.ResourceInfo, obj runtime.Object, opts *metav1.TableOption
 		t.ColumnDefinitions = p.columns
 	}
 	addRow := func(item runtime.Object) error {
-		row := metav1.TableRow{Cells: safeCells(p, ri, item)}
+		row := metav1.TableRow{Cells: safeCells(p, item)}
 		switch opts.IncludeObject {
 		case metav1.IncludeNone:
 		case metav1.IncludeObject:
@@ -224,7 +224,7 @@ func toTable(ri store.ResourceInfo, obj runtime.Object, opts *metav1.TableOption
 
 // safeCells falls back to the generic columns' values if an object is not of the printer's
 // Go type (never expected, but a Table must not panic the server).
-func safeCells(p printer, ri store.ResourceInfo, o runtime.Object) (cells []any) {
+func safeCells(p printer, o runtime.Object) (cells []any) {
 	defer func() {
 		if recover() != nil {
 			cells = make([]any, len(p.columns))
