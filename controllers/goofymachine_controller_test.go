@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -309,4 +310,88 @@ func TestMachineWaitsForBootstrapData(t *testing.T) {
 	machine.Spec.Bootstrap.DataSecretName = ptr.To("boot-cp-0-bootstrap")
 	g.Expect(k8sClient.Update(context.Background(), machine)).To(Succeed())
 	h.reconcileUntilReady(t, gm)
+}
+
+// TestMachineVersionsAndCapacity: a machine created with a newer version (a KCP rollout) gets a
+// Node with that kubelet version and the cluster reports the newest version on /version, while
+// kubeadm-config (KCP's to update) is left alone; a machine cloned from a GoofyMachineTemplate
+// with status.capacity gets a Node with that capacity.
+func TestMachineVersionsAndCapacity(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	h := newHarness(t)
+	f := newFixture(t, newNamespace(t), "upg", nil)
+	h.provisionCluster(t, f)
+	_, old := newMachine(t, f, "upg-cp-0", machineOpts{controlPlane: true})
+	h.reconcileUntilReady(t, old)
+
+	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi")}
+	tmpl := &infrav1.GoofyMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "upg-big"}}
+	g.Expect(k8sClient.Create(ctx, tmpl)).To(Succeed())
+	tmpl.Status.Capacity = capacity
+	g.Expect(k8sClient.Status().Update(ctx, tmpl)).To(Succeed())
+
+	_, upgraded := newMachine(t, f, "upg-cp-1", machineOpts{controlPlane: true, version: "v1.36.4",
+		annotations: map[string]string{clusterv1.TemplateClonedFromNameAnnotation: "upg-big"}})
+	h.reconcileUntilReady(t, upgraded)
+
+	cs := workloadClient(t, mustListener(t, h, f))
+	node, err := cs.CoreV1().Nodes().Get(ctx, "upg-cp-1", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(node.Status.NodeInfo.KubeletVersion).To(Equal("v1.36.4"))
+	g.Expect(node.Status.Capacity.Cpu().String()).To(Equal("8"))
+	g.Expect(node.Status.Capacity.Memory().String()).To(Equal("32Gi"))
+	oldNode, err := cs.CoreV1().Nodes().Get(ctx, "upg-cp-0", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(oldNode.Status.NodeInfo.KubeletVersion).To(Equal(kubernetesVersion))
+	g.Expect(oldNode.Status.Capacity).To(Equal(workload.DefaultCapacity()))
+	v, err := cs.Discovery().ServerVersion()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(v.GitVersion).To(Equal("v1.36.4"))
+	pod, err := cs.CoreV1().Pods(metav1.NamespaceSystem).Get(ctx, "kube-apiserver-upg-cp-1", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pod.Spec.Containers[0].Image).To(Equal("registry.k8s.io/kube-apiserver:v1.36.4"))
+	cm, err := cs.CoreV1().ConfigMaps(metav1.NamespaceSystem).Get(ctx, "kubeadm-config", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, data, err := kubeadmtypes.UnmarshalClusterConfiguration(cm.Data["ClusterConfiguration"])
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ptr.Deref(data.KubernetesVersion, "")).To(Equal(kubernetesVersion))
+}
+
+// TestNodeNotReadyAnnotation: the failure-injection annotation makes the Node NotReady (what a
+// MachineHealthCheck watches) and removing it makes it Ready again.
+func TestNodeNotReadyAnnotation(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	h := newHarness(t)
+	f := newFixture(t, newNamespace(t), "sick", nil)
+	h.provisionCluster(t, f)
+	_, gm := newMachine(t, f, "sick-cp-0", machineOpts{controlPlane: true})
+	h.reconcileUntilReady(t, gm)
+	cs := workloadClient(t, mustListener(t, h, f))
+	ready := func() corev1.ConditionStatus {
+		node, err := cs.CoreV1().Nodes().Get(ctx, "sick-cp-0", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status
+			}
+		}
+		return ""
+	}
+	g.Expect(ready()).To(Equal(corev1.ConditionTrue))
+
+	get(t, gm)
+	gm.Annotations = map[string]string{NodeNotReadyAnnotation: "true"}
+	g.Expect(k8sClient.Update(ctx, gm)).To(Succeed())
+	h.reconcileMachine(t, gm)
+	g.Expect(ready()).To(Equal(corev1.ConditionFalse))
+
+	get(t, gm)
+	delete(gm.Annotations, NodeNotReadyAnnotation)
+	g.Expect(k8sClient.Update(ctx, gm)).To(Succeed())
+	h.reconcileMachine(t, gm)
+	g.Expect(ready()).To(Equal(corev1.ConditionTrue))
 }

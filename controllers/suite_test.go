@@ -326,6 +326,8 @@ type machineOpts struct {
 	failureDomain string //
 	backend       *infrav1.InMemoryMachineBackend
 	labels        map[string]string
+	annotations   map[string]string
+	version       string // default kubernetesVersion
 }
 
 // newMachine creates a Machine and its GoofyMachine (owned by the Machine), as CAPI's MachineSet
@@ -351,6 +353,9 @@ func newMachine(t testing.TB, f *fixture, name string, o machineOpts) (*clusterv
 			FailureDomain: o.failureDomain,
 		},
 	}
+	if o.version != "" {
+		machine.Spec.Version = o.version
+	}
 	if !o.noBootstrap {
 		machine.Spec.Bootstrap.DataSecretName = ptr.To(name + "-bootstrap")
 	} else {
@@ -363,7 +368,7 @@ func newMachine(t testing.TB, f *fixture, name string, o machineOpts) (*clusterv
 	}
 	gm := &infrav1.GoofyMachine{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: f.ns, Name: name, Labels: labels,
+			Namespace: f.ns, Name: name, Labels: labels, Annotations: o.annotations,
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: machine.Name, UID: machine.UID,
 			}},
