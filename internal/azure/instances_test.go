@@ -350,3 +350,34 @@ func TestNewWithConfigValidates(t *testing.T) {
 		Credential: &azfake.TokenCredential{}, ClientOptions: &arm.ClientOptions{}, Cloud: CloudSpec{Name: CloudCustom}})
 	g.Expect(err).To(MatchError(ContainSubstring("needs a resource manager endpoint")))
 }
+
+func TestListScaleSetVMTagsOverrideTheScaleSets(t *testing.T) {
+	g := NewWithT(t)
+	f := &fakeAzure{}
+	f.serveVMs()
+	f.serveScaleSets(&armcompute.VirtualMachineScaleSet{Name: to.Ptr("pool"),
+		Tags: tags("Goofy-Uid", testUID, "Goofy-Role", "worker")})
+	f.compute.VirtualMachineScaleSetVMsServer.NewListPager = func(_, ss string, _ *armcompute.VirtualMachineScaleSetVMsClientListOptions) (resp azfake.PagerResponder[armcompute.VirtualMachineScaleSetVMsClientListResponse]) {
+		mk := func(instance string, own map[string]*string) *armcompute.VirtualMachineScaleSetVM {
+			return &armcompute.VirtualMachineScaleSetVM{ID: to.Ptr(ssVMID(ss, instance)), Name: to.Ptr(ss + "_" + instance), InstanceID: to.Ptr(instance), Tags: own,
+				Properties: &armcompute.VirtualMachineScaleSetVMProperties{NetworkProfile: nicRefs(ssVMID(ss, instance) + "/networkInterfaces/nic")}}
+		}
+		resp.AddPage(http.StatusOK, armcompute.VirtualMachineScaleSetVMsClientListResponse{VirtualMachineScaleSetVMListResult: armcompute.VirtualMachineScaleSetVMListResult{
+			Value: []*armcompute.VirtualMachineScaleSetVM{
+				mk("0", nil),
+				mk("1", tags("GOOFY-ROLE", "control-plane")),
+				mk("2", tags(DefaultUIDTagKey, "someone-else")),
+			}}}, nil)
+		return resp
+	}
+	f.serveNICs(map[string]armnetwork.Interface{
+		"pool/0/nic": nic("n0", "10.3.0.4"), "pool/1/nic": nic("n1", "10.3.0.5"), "pool/2/nic": nic("n2", "10.3.0.6"),
+	})
+	env := newTestCloud(t, f, nil, nil)
+	got, err := env.cloud.List(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal([]metadata.InstanceMetadata{
+		{Name: "pool_0", ProviderID: pidPrefix + "virtualMachineScaleSets/pool/virtualMachines/0", Role: metadata.RoleWorker, VPCIP: "10.3.0.4"},
+		{Name: "pool_1", ProviderID: pidPrefix + "virtualMachineScaleSets/pool/virtualMachines/1", Role: metadata.RoleControlPlane, VPCIP: "10.3.0.5"},
+	}))
+}
