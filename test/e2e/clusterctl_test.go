@@ -109,11 +109,12 @@ func TestClusterctlInit(t *testing.T) {
 	defer bare.Stop()
 	g.Expect(bare.InstallCertManagerCRDs(ctx, logWriter{t})).To(Succeed())
 
-	out, err := repo.Clusterctl(ctx, bins.Clusterctl(), nil, "init", "--kubeconfig", bare.Kubeconfig,
+	repo.Log = logWriter{t}
+	defer func() { repo.Log = nil }()
+	_, err = repo.Clusterctl(ctx, bins.Clusterctl(), nil, "init", "--kubeconfig", bare.Kubeconfig,
 		"--core", "cluster-api:"+harness.CAPIVersion, "--bootstrap", "kubeadm:"+harness.CAPIVersion,
 		"--control-plane", "kubeadm:"+harness.CAPIVersion, "--infrastructure", "goofy:"+harness.GoofyVersion)
 	g.Expect(err).NotTo(HaveOccurred())
-	t.Log(out)
 
 	providers := &unstructured.UnstructuredList{}
 	providers.SetAPIVersion("clusterctl.cluster.x-k8s.io/v1alpha3")
@@ -130,8 +131,9 @@ func TestClusterctlInit(t *testing.T) {
 	g.Expect(bare.Client.Get(ctx, client.ObjectKey{Name: "goofymachines.infrastructure.cluster.x-k8s.io"}, crd)).To(Succeed())
 	g.Expect(crd.Labels).To(HaveKeyWithValue("cluster.x-k8s.io/v1beta2", "v1alpha1"))
 	g.Expect(crd.Labels).To(HaveKeyWithValue("cluster.x-k8s.io/provider", "infrastructure-goofy"))
-	g.Expect(bare.Client.Get(ctx, client.ObjectKey{Name: "machines.cluster.x-k8s.io"}, crd)).To(Succeed())
+	g.Expect(bare.Client.Get(ctx, client.ObjectKey{Name: "kubeadmcontrolplanes.controlplane.cluster.x-k8s.io"}, crd)).To(Succeed())
 	g.Expect(crd.Labels).To(HaveKeyWithValue("cluster.x-k8s.io/v1beta2", "v1beta2"))
+	g.Expect(crd.Labels).To(HaveKeyWithValue("cluster.x-k8s.io/provider", "control-plane-kubeadm"))
 
 	dep := &appsv1.Deployment{}
 	g.Expect(bare.Client.Get(ctx, client.ObjectKey{Namespace: "goofy-system", Name: "goofy-controller-manager"}, dep)).To(Succeed())

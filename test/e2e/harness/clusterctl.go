@@ -22,6 +22,8 @@ const GoofyVersion = "v0.1.0"
 type ClusterctlRepository struct {
 	Dir    string
 	Config string
+	// Log receives clusterctl's progress (its stderr) when set.
+	Log io.Writer
 }
 
 // BuildClusterctlRepository writes the repositories under dir. It needs kustomize, which
@@ -79,6 +81,9 @@ func (r *ClusterctlRepository) Clusterctl(ctx context.Context, binary string, en
 	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if r.Log != nil {
+		cmd.Stderr = io.MultiWriter(&stderr, r.Log)
+	}
 	if err := cmd.Run(); err != nil {
 		return stdout.String(), fmt.Errorf("clusterctl %s: %w\n%s", strings.Join(args, " "), err, stderr.String())
 	}
