@@ -242,3 +242,25 @@ func lastBytes(b []byte, n int) []byte {
 	}
 	return b
 }
+
+func TestParseControllerStats(t *testing.T) {
+	g := NewWithT(t)
+	page := `# TYPE controller_runtime_reconcile_total counter
+controller_runtime_reconcile_total{controller="goofymachine",result="success"} 40
+controller_runtime_reconcile_total{controller="goofymachine",result="requeue_after"} 10
+controller_runtime_reconcile_total{controller="goofycluster",result="success"} 5
+# TYPE controller_runtime_reconcile_time_seconds histogram
+controller_runtime_reconcile_time_seconds_bucket{controller="goofymachine",le="+Inf"} 50
+controller_runtime_reconcile_time_seconds_sum{controller="goofymachine"} 2.5
+controller_runtime_reconcile_time_seconds_count{controller="goofymachine"} 50
+# TYPE workqueue_queue_duration_seconds histogram
+workqueue_queue_duration_seconds_bucket{controller="goofymachine",name="goofymachine",le="+Inf"} 50
+workqueue_queue_duration_seconds_sum{controller="goofymachine",name="goofymachine"} 5
+workqueue_queue_duration_seconds_count{controller="goofymachine",name="goofymachine"} 50
+`
+	st, err := ParseControllerStats(strings.NewReader(page))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(st.Reconciles).To(Equal(map[string]float64{"goofymachine": 50, "goofycluster": 5}))
+	g.Expect(st.ReconcileSeconds).To(HaveKeyWithValue("goofymachine", 2.5))
+	g.Expect(st.QueueWaitSeconds).To(HaveKeyWithValue("goofymachine", 0.1))
+}

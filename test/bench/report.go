@@ -145,6 +145,12 @@ func (r *Report) WriteText(w io.Writer) {
 		for _, k := range sortedKeys(byVR) {
 			fmt.Fprintf(w, "  %7d  %s\n", byVR[k], k)
 		}
+		if c := run.Controllers; c != nil {
+			fmt.Fprintf(w, "%s controllers (reconciles, total reconcile s, mean queue wait s); requests throttled > 1 s by its own QPS limit: %d\n", run.Provider, c.ThrottledRequests)
+			for _, name := range sortedNames(c.Reconciles) {
+				fmt.Fprintf(w, "  %-28s %7.0f %8.1f %8.3f\n", name, c.Reconciles[name], c.ReconcileSeconds[name], c.QueueWaitSeconds[name])
+			}
+		}
 		if run.Error != "" {
 			fmt.Fprintf(w, "%s run failed: %s\n", run.Provider, run.Error)
 		}

@@ -104,6 +104,9 @@ type Result struct {
 	// ProviderClient names the provider's entry in Requests.
 	ProviderClient string `json:"providerClient"`
 
+	// Controllers summarises the provider's controller-runtime metrics at the end.
+	Controllers *ControllerStats `json:"controllers,omitempty"`
+
 	Profiles []string `json:"profiles,omitempty"`
 	LogDir   string   `json:"logDir"`
 	Error    string   `json:"error,omitempty"`
@@ -167,10 +170,16 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 			return err
 		}
 	}
+	// Our own metrics address for the provider (a later flag overrides the harness's), so that the
+	// controller metrics can be read at the end.
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
 	opts := harness.Options{
 		RepoRoot: cfg.RepoRoot, OutputDir: res.LogDir, Binaries: cfg.Binaries, Progress: cfg.Progress,
 		ListenerPortRange: cfg.GoofyPortRange, APIServerFlags: auditFlags,
-		SkipGoofy: cfg.Provider != ProviderGoofy, GoofyArgs: cfg.GoofyArgs,
+		SkipGoofy: cfg.Provider != ProviderGoofy, GoofyArgs: append(append([]string(nil), cfg.GoofyArgs...), "--metrics-bind-address="+metricsAddr),
 	}
 	if cfg.Provider == ProviderGoofy && profilerAddr != "" {
 		if supportsFlag(cfg.Binaries.Goofy, "profiler-address") {
@@ -187,7 +196,8 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 	}
 	defer plane.Stop()
 	if cfg.Provider == ProviderCAPD {
-		args := []string{"--v=0"}
+		// CAPD runs with its own defaults (it logs at -v=2, as shipped), like Goofy.
+		args := []string{"--diagnostics-address=" + metricsAddr}
 		if profilerAddr != "" {
 			args = append(args, "--profiler-address="+profilerAddr)
 		}
@@ -259,6 +269,12 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 		}
 	}
 	res.Processes = sampler.Stop()
+	metricsFile := filepath.Join(cfg.OutDir, res.ProviderProcess+"-metrics.txt")
+	if err := fetch(ctx, "http://"+metricsAddr+"/metrics", metricsFile, 30*time.Second); err == nil {
+		if st, err := parseControllerStatsFile(metricsFile, plane.LogFiles()[res.ProviderProcess]); err == nil {
+			res.Controllers = &st
+		}
+	}
 
 	avail := obs.availableTimes()
 	res.AvailableClusters = len(avail)
