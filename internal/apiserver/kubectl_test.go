@@ -137,6 +137,9 @@ func TestKubectl(t *testing.T) {
 	out, _ := k.run("", "version", "-o", "json")
 	g.Expect(out).To(ContainSubstring(`"gitVersion": "v1.36.3"`))
 
+	out, _ = k.run("", "explain", "deployment.spec.replicas")
+	g.Expect(out).To(ContainSubstring("FIELD: replicas <integer>"))
+
 	out, _ = k.run("", "api-resources")
 	g.Expect(out).To(MatchRegexp(`(?m)^pods\s+po\s+v1\s+true\s+Pod$`))
 	g.Expect(out).To(MatchRegexp(`(?m)^deployments\s+deploy\s+apps/v1\s+true\s+Deployment$`))
