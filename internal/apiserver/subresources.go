@@ -355,8 +355,8 @@ func canIgnorePDB(p *corev1.Pod) bool {
 		p.Status.Phase == corev1.PodPending || p.DeletionTimestamp != nil
 }
 
-func tooManyRequests(cause string) error {
-	err := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+func tooManyRequests(cause string, retryAfterSeconds int) error {
+	err := apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", retryAfterSeconds)
 	err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{Type: policyv1.DisruptionBudgetCause, Message: cause})
 	return err
 }
@@ -385,14 +385,14 @@ func (h *handler) consumeDisruption(pod *corev1.Pod, dryRun bool) error {
 		}
 		pdb := matched[0].DeepCopy()
 		if pdb.Status.ObservedGeneration < pdb.Generation {
-			return tooManyRequests(fmt.Sprintf("The disruption budget %s is still being processed by the server.", pdb.Name))
+			return tooManyRequests(fmt.Sprintf("The disruption budget %s is still being processed by the server.", pdb.Name), 10)
 		}
 		if pdb.Status.DisruptionsAllowed < 0 {
 			return apierrors.NewForbidden(pdbsGVR.GroupResource(), pdb.Name, fmt.Errorf("pdb disruptions allowed is negative"))
 		}
 		if pdb.Status.DisruptionsAllowed == 0 {
 			return tooManyRequests(fmt.Sprintf("The disruption budget %s needs %d healthy pods and has %d currently",
-				pdb.Name, pdb.Status.DesiredHealthy, pdb.Status.CurrentHealthy))
+				pdb.Name, pdb.Status.DesiredHealthy, pdb.Status.CurrentHealthy), 0)
 		}
 		pdb.Status.DisruptionsAllowed--
 		if pdb.Status.DisruptedPods == nil {
