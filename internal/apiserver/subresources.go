@@ -330,7 +330,11 @@ func (h *handler) serveEviction(rq *reqScope) {
 		h.writeError(rq.w, rq.r, err)
 		return
 	}
-	pod := podObj.(*corev1.Pod)
+	pod, ok := podObj.(*corev1.Pod)
+	if !ok {
+		h.writeError(rq.w, rq.r, apierrors.NewInternalError(fmt.Errorf("store returned %T for a pod", podObj)))
+		return
+	}
 	dryRun := ev.DeleteOptions != nil && len(ev.DeleteOptions.DryRun) > 0
 	if !canIgnorePDB(pod) {
 		if err := h.consumeDisruption(pod, dryRun); err != nil {
@@ -370,7 +374,11 @@ func (h *handler) consumeDisruption(pod *corev1.Pod, dryRun bool) error {
 			return err
 		}
 		var matched []policyv1.PodDisruptionBudget
-		for _, pdb := range list.(*policyv1.PodDisruptionBudgetList).Items {
+		pdbs, ok := list.(*policyv1.PodDisruptionBudgetList)
+		if !ok {
+			return apierrors.NewInternalError(fmt.Errorf("store returned %T for a PodDisruptionBudget list", list))
+		}
+		for _, pdb := range pdbs.Items {
 			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 			if err != nil || sel.Empty() || !sel.Matches(labels.Set(pod.Labels)) {
 				continue
@@ -418,7 +426,11 @@ func (h *handler) serveLog(rq *reqScope) {
 		h.writeError(rq.w, rq.r, err)
 		return
 	}
-	pod := obj.(*corev1.Pod)
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		h.writeError(rq.w, rq.r, apierrors.NewInternalError(fmt.Errorf("store returned %T for a pod", obj)))
+		return
+	}
 	q := rq.r.URL.Query()
 	container := q.Get("container")
 	var names []string
