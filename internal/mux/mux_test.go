@@ -320,7 +320,6 @@ func issueClientCert(t testing.TB, ca *x509.Certificate, caKey crypto.Signer, cn
 	return pemCert(cert), kp
 }
 
-
 // expectRejectedInHandshake checks that a request failed before reaching the API handler: the TLS
 // handshake refused the client certificate. How the client reports it depends on timing (a bad
 // certificate alert, a broken pipe, a reset connection), but never as an API Status.
