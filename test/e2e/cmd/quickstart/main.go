@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -104,7 +105,22 @@ func run() error {
 		return err
 	}
 	start := time.Now()
-	if _, err := plane.WaitForCluster(ctx, os.Stdout, namespace, name, *timeout, "Available", harness.Available); err != nil {
+	cp, err1 := strconv.Atoi(vars["CONTROL_PLANE_MACHINE_COUNT"])
+	workers, err2 := strconv.Atoi(vars["WORKER_MACHINE_COUNT"])
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("CONTROL_PLANE_MACHINE_COUNT and WORKER_MACHINE_COUNT must be numbers")
+	}
+	// Available comes with the first control-plane machine; wait for every machine to be Running too.
+	ready := func(s harness.ClusterStatus) bool {
+		running := 0
+		for _, m := range s.Machines {
+			if m.Status.Phase == "Running" && m.DeletionTimestamp == nil {
+				running++
+			}
+		}
+		return harness.Available(s) && running == cp+workers && int(s.ControlPlaneReady) == cp
+	}
+	if _, err := plane.WaitForCluster(ctx, os.Stdout, namespace, name, *timeout, "Available with every machine Running", ready); err != nil {
 		return fmt.Errorf("%w\nprocess logs: %s", err, runDir)
 	}
 	workload, err := filepath.Abs(filepath.Join(*out, name+".kubeconfig"))
@@ -116,7 +132,7 @@ func run() error {
 	}
 	kubectl := bins.Kubectl()
 	fmt.Printf(`
-== cluster %s is Available after %s
+== cluster %s is Available with every machine Running after %s
 
 Management cluster:
   %s --kubeconfig %s get clusters,kubeadmcontrolplanes,machinedeployments,machines,goofymachines -A
