@@ -65,7 +65,8 @@ run-manager: ## Run the manager against the cluster of the current kubeconfig.
 
 .PHONY: run
 run: ## Quick start: build what is missing, start a local management plane, create a cluster (3 CP + 2 workers), keep running until Ctrl-C.
-	go run ./test/e2e/cmd/quickstart
+	@go build -o bin/quickstart ./test/e2e/cmd/quickstart
+	@exec bin/quickstart
 
 ##@ Test
 
