@@ -19,6 +19,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
@@ -97,14 +98,14 @@ type Config struct {
 }
 
 // DefaultARMRetry is applied to unset fields of ClientOptions.Retry. ARM answers 429 with a
-// Retry-After of up to a minute or so; the SDK honours it as long as it is below MaxRetryDelay.
-// 408, 429, 500, 502, 503 and 504 are retried (the SDK's default status codes).
-var DefaultARMRetry = struct {
-	MaxRetries    int32
-	RetryDelay    time.Duration
-	MaxRetryDelay time.Duration
-	TryTimeout    time.Duration
-}{MaxRetries: 5, RetryDelay: 2 * time.Second, MaxRetryDelay: 90 * time.Second, TryTimeout: time.Minute}
+// Retry-After of up to a minute or so; the SDK honours it only below MaxRetryDelay. StatusCodes is
+// left to the SDK's default: 408, 429, 500, 502, 503 and 504.
+var DefaultARMRetry = policy.RetryOptions{
+	MaxRetries:    5,
+	RetryDelay:    2 * time.Second,
+	MaxRetryDelay: 90 * time.Second,
+	TryTimeout:    time.Minute,
+}
 
 // The narrow slices of the SDK clients the services use.
 type (

@@ -294,31 +294,27 @@ func (c *IMDSClient) document(ctx context.Context) (*imdsDocument, error) {
 // fetch requests the document, retrying transient failures with exponential backoff.
 func (c *IMDSClient) fetch(ctx context.Context) (*imdsDocument, error) {
 	delay := c.retry.InitialDelay
-	var lastErr error
 	for attempt := 1; ; attempt++ {
 		doc, retryable, retryAfter, err := c.fetchOnce(ctx)
-		if err == nil {
+		switch {
+		case err == nil:
 			return doc, nil
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("IMDS: %w (last error: %v)", ctx.Err(), err)
+		case !retryable:
+			return nil, err
+		case attempt >= c.retry.MaxAttempts:
+			return nil, fmt.Errorf("%w (gave up after %d attempts)", err, attempt)
 		}
-		lastErr = err
-		if !retryable || ctx.Err() != nil || attempt >= c.retry.MaxAttempts {
-			break
-		}
-		wait := max(delay, retryAfter)
-		wait = min(wait, c.retry.MaxDelay)
-		timer := time.NewTimer(wait)
+		timer := time.NewTimer(min(max(delay, retryAfter), c.retry.MaxDelay))
 		select {
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
-			return nil, fmt.Errorf("IMDS: giving up after %d attempt(s): %w (last error: %v)", attempt, ctx.Err(), lastErr)
+			return nil, fmt.Errorf("IMDS: %w after %d attempt(s) (last error: %v)", ctx.Err(), attempt, err)
 		}
 		delay = min(2*delay, c.retry.MaxDelay)
 	}
-	if ctx.Err() != nil {
-		return nil, fmt.Errorf("IMDS: %w (last error: %v)", ctx.Err(), lastErr)
-	}
-	return nil, lastErr
 }
 
 // fetchOnce makes one request. On failure it says whether a retry may help and returns the

@@ -76,6 +76,7 @@ func TestIMDSGivesUpAfterMaxAttempts(t *testing.T) {
 	}
 	_, err := testIMDS(srv).Tags(context.Background())
 	g.Expect(err).To(MatchError(ContainSubstring("500 Internal Server Error")))
+	g.Expect(err).To(MatchError(ContainSubstring("gave up after 5 attempts")))
 	g.Expect(srv.count()).To(Equal(5))
 }
 
