@@ -201,7 +201,8 @@ func TestEndpointRepair(t *testing.T) {
 	g.Expect(node.Spec.ProviderID).To(Equal(gm.Spec.ProviderID))
 }
 
-// managerHarness runs the reconcilers in a controller-runtime manager whose cache only sees ns.
+// startManager runs h's mux with new reconcilers (and a HotRestarter) in a controller-runtime
+// manager whose cache only sees ns; the manager stops when the test ends.
 func startManager(t testing.TB, h *harness, ns, watchFilter string, concurrency int) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -245,8 +246,8 @@ func startManager(t testing.TB, h *harness, ns, watchFilter string, concurrency 
 	})
 }
 
-// setInfrastructureProvisioned does what CAPI's Cluster controller does once the GoofyCluster is
-// provisioned (and, for controlPlaneInitialized, what KCP reports).
+// setClusterStatus does what CAPI's Cluster controller does once the GoofyCluster is provisioned
+// (endpoint, infrastructureProvisioned) and, with controlPlaneInitialized, what KCP reports.
 func setClusterStatus(t testing.TB, f *fixture, controlPlaneInitialized bool) {
 	t.Helper()
 	get(t, f.gc)

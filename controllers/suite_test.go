@@ -323,7 +323,7 @@ func newFixture(t testing.TB, ns, name string, labels map[string]string) *fixtur
 type machineOpts struct {
 	controlPlane  bool
 	noBootstrap   bool   // leave spec.bootstrap.dataSecretName unset
-	failureDomain string //
+	failureDomain string
 	backend       *infrav1.InMemoryMachineBackend
 	labels        map[string]string
 	annotations   map[string]string
