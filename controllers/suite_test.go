@@ -322,7 +322,7 @@ func newFixture(t testing.TB, ns, name string, labels map[string]string) *fixtur
 // machineOpts describes a Machine + GoofyMachine pair.
 type machineOpts struct {
 	controlPlane  bool
-	noBootstrap   bool   // leave spec.bootstrap.dataSecretName unset
+	noBootstrap   bool // leave spec.bootstrap.dataSecretName unset
 	failureDomain string
 	backend       *infrav1.InMemoryMachineBackend
 	labels        map[string]string
