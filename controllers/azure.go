@@ -12,6 +12,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,6 +42,9 @@ type AzureClouds struct {
 	Credential azcore.TokenCredential
 	// ClientOptions for the ARM clients (tests inject fake transports here).
 	ClientOptions *arm.ClientOptions
+	// Clock ages the cached instance lists; nil means the real clock. Both reconcilers share the
+	// cache, so it keeps one clock of its own rather than each caller's.
+	Clock clock.PassiveClock
 
 	mu     sync.Mutex
 	clouds map[string]*azureCluster
@@ -96,8 +100,16 @@ func (a *AzureClouds) forget(key string) {
 	delete(a.clouds, key)
 }
 
+func (a *AzureClouds) now() time.Time {
+	if a.Clock == nil {
+		return time.Now()
+	}
+	return a.Clock.Now()
+}
+
 // list returns the cluster's instances, from cache when fresh.
-func (a *AzureClouds) list(ctx context.Context, c *azureCluster, now time.Time) ([]metadata.InstanceMetadata, error) {
+func (a *AzureClouds) list(ctx context.Context, c *azureCluster) ([]metadata.InstanceMetadata, error) {
+	now := a.now()
 	a.mu.Lock()
 	if !c.listedAt.IsZero() && now.Sub(c.listedAt) < azureInstancesTTL {
 		defer a.mu.Unlock()
@@ -170,7 +182,7 @@ func (r *GoofyClusterReconciler) reconcileAzureCluster(ctx context.Context, key 
 		return fmt.Errorf("load balancer port %q: %w", port, err)
 	}
 	gc.Status.LoadBalancerEndpoint = &clusterv1.APIEndpoint{Host: host, Port: int32(p)}
-	instances, err := r.Azure.list(ctx, c, time.Now())
+	instances, err := r.Azure.list(ctx, c)
 	if err != nil {
 		return fmt.Errorf("listing the cluster's instances: %w", err)
 	}
@@ -202,7 +214,7 @@ func (r *GoofyMachineReconciler) bindAzureInstance(ctx context.Context, s *machi
 	if err != nil {
 		return false, err
 	}
-	instances, err := r.Azure.list(ctx, c, r.Clock.Now())
+	instances, err := r.Azure.list(ctx, c)
 	if err != nil {
 		return false, fmt.Errorf("listing the cluster's instances: %w", err)
 	}
