@@ -66,6 +66,10 @@ func (r *GoofyMachineReconciler) runPhases(ctx context.Context, s *machineScope,
 		}
 		now := r.Clock.Now()
 		if c == nil || c.Status != metav1.ConditionFalse || c.Reason != infrav1.ProvisioningReason {
+			// The phase starts now. Drop the old condition first: a False one (an Azure machine
+			// that waited with NoFreeInstance) would otherwise keep its lastTransitionTime, and
+			// the phase would count the wait as elapsed provisioning time.
+			conditions.Delete(s.gm, p.condition)
 			conditions.Set(s.gm, metav1.Condition{Type: p.condition, Status: metav1.ConditionFalse, Reason: infrav1.ProvisioningReason,
 				LastTransitionTime: metav1.NewTime(now)})
 			c = conditions.Get(s.gm, p.condition)
