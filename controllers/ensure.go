@@ -5,9 +5,7 @@ import (
 	"crypto"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"net/netip"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -191,9 +189,11 @@ func (r *GoofyMachineReconciler) ensureAPIServer(ctx context.Context, s *machine
 	}
 	network := s.cluster.Spec.ClusterNetwork
 	spec := workload.ClusterSpec{
-		ClusterName:          s.cluster.Name,
-		KubernetesVersion:    s.machine.Spec.Version,
-		ControlPlaneEndpoint: endpointHostPort(s.cluster.Spec.ControlPlaneEndpoint, l),
+		ClusterName:       s.cluster.Name,
+		KubernetesVersion: s.machine.Spec.Version,
+		// The listener, not Cluster.spec.controlPlaneEndpoint: CAPI copies that once, so it keeps
+		// an old host after the endpoint was repaired.
+		ControlPlaneEndpoint: l.HostPort(),
 		DNSDomain:            network.ServiceDomain,
 	}
 	if len(network.Pods.CIDRBlocks) > 0 {
@@ -208,13 +208,6 @@ func (r *GoofyMachineReconciler) ensureAPIServer(ctx context.Context, s *machine
 		}
 	}
 	return nil
-}
-
-func endpointHostPort(ep clusterv1.APIEndpoint, l *mux.WorkloadClusterListener) string {
-	if ep.IsValid() {
-		return net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port)))
-	}
-	return l.HostPort()
 }
 
 func (r *GoofyMachineReconciler) ensureStaticPod(ctx context.Context, s *machineScope, l *mux.WorkloadClusterListener, component string) error {
