@@ -368,9 +368,17 @@ func TestRestart(t *testing.T) {
 	}
 	t.Logf("all %d clusters Available %.1fs after the restart", len(names), time.Since(restarted).Seconds())
 	for _, name := range names {
-		g.Expect(readyNodes(ctx, g, name)).NotTo(BeEmpty(), name)
 		s, err := plane.GetClusterStatus(ctx, ns, name)
 		g.Expect(err).NotTo(HaveOccurred())
+		// The workload cluster's state survived: one Ready node per machine, named after it.
+		var nodeNames, machineNames []string
+		for _, n := range readyNodes(ctx, g, name) {
+			nodeNames = append(nodeNames, n.Name)
+		}
+		for _, m := range s.Machines {
+			machineNames = append(machineNames, m.Name)
+		}
+		g.Expect(nodeNames).To(ConsistOf(machineNames), "nodes of %s after the restart", name)
 		for _, m := range s.Machines {
 			g.Expect(before).To(HaveKey(m.UID), "machine %s of %s was created after the restart", m.Name, name)
 			g.Expect(m.DeletionTimestamp).To(BeNil(), "machine %s of %s is being replaced", m.Name, name)
