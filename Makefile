@@ -111,7 +111,7 @@ bench-go: ## Run the Go micro-benchmarks of the store, API server and mux.
 
 ##@ Release
 
-IMG ?= cluster-api-provider-goofy:$(VERSION)
+IMG ?= localhost/goofy-capi/cluster-api-provider-goofy:$(VERSION)
 IMAGE_TAR ?= $(RELEASE_DIR)/image/goofy-manager-$(VERSION).tar
 
 .PHONY: image
