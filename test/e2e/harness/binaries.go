@@ -175,25 +175,7 @@ func runIn(ctx context.Context, dir string, w io.Writer, env []string, name stri
 // waitHTTPSOK is waitHTTPOK for a component serving its health endpoint with a self-signed
 // certificate (kube-controller-manager); the probe checks liveness, not identity.
 func waitHTTPSOK(ctx context.Context, p *Process, url string) error {
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+	return pollHTTPOK(ctx, p, url, &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // health probe of a local process
-	}}
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		resp, err := client.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s did not become healthy at %s: %w (log: %s)", p.Name, url, context.Cause(ctx), p.LogFile)
-		case <-p.Exited():
-			return fmt.Errorf("%s exited before becoming healthy (log: %s)", p.Name, p.LogFile)
-		case <-tick.C:
-		}
-	}
+	}})
 }

@@ -163,7 +163,11 @@ func freePorts(n int) ([]int, error) {
 
 // waitHTTPOK polls url until it answers 200, the process exits, or ctx ends.
 func waitHTTPOK(ctx context.Context, p *Process, url string) error {
-	client := &http.Client{Timeout: 2 * time.Second}
+	return pollHTTPOK(ctx, p, url, &http.Client{Timeout: 2 * time.Second})
+}
+
+// pollHTTPOK polls url with client until it answers 200, the process exits, or ctx ends.
+func pollHTTPOK(ctx context.Context, p *Process, url string, client *http.Client) error {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
