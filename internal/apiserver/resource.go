@@ -1,9 +1,12 @@
 package apiserver
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
+	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -107,6 +110,9 @@ func (h *handler) serveResource(w http.ResponseWriter, r *http.Request, info *ap
 }
 
 func (h *handler) serveGet(rq *reqScope) {
+	if h.serveGetEncoded(rq) {
+		return
+	}
 	obj, err := h.c.Get(rq.gvr, rq.ns, rq.name)
 	if err != nil {
 		h.writeError(rq.w, rq.r, err)
@@ -114,6 +120,57 @@ func (h *handler) serveGet(rq *reqScope) {
 	}
 	h.writeObject(rq, http.StatusOK, obj)
 }
+
+// serveGetEncoded answers a GET of the object itself (no Table or metadata conversion) from the
+// store's serialization cache: no copy of the object, no encoding when it has not changed since
+// the last GET, and the bytes go straight to the connection. It reports false, having written
+// nothing, when the request needs the general path.
+func (h *handler) serveGetEncoded(rq *reqScope) bool {
+	mt, info, err := negotiation.NegotiateOutputMediaType(rq.r, getServing().objects, restrictions{transforms: true})
+	if err != nil || mt.Convert != nil {
+		return false
+	}
+	format := info.MediaType
+	if info.Serializer == info.PrettySerializer {
+		format += ";pretty"
+	}
+	gvk := rq.gvr.GroupVersion().WithKind(rq.ri.Kind)
+	data, err := h.c.GetEncoded(rq.gvr, rq.ns, rq.name, format, func(obj runtime.Object, w *bytes.Buffer) error {
+		if obj.GetObjectKind().GroupVersionKind() != gvk {
+			// The object is shared: encode a copy that carries its kind instead of setting it.
+			obj = obj.DeepCopyObject()
+			obj.GetObjectKind().SetGroupVersionKind(gvk)
+		}
+		return info.Serializer.Encode(obj, w)
+	})
+	switch {
+	case err != nil:
+		h.writeError(rq.w, rq.r, err)
+	case len(data) > gzipThresholdBytes:
+		// Large enough that upstream would gzip it for clients that ask: let its writer decide.
+		responsewriters.SerializeObject(info.MediaType, encodedBytes(data), rq.w, rq.r, http.StatusOK, nil)
+	default:
+		hdr := rq.w.Header()
+		hdr.Set("Content-Type", info.MediaType)
+		hdr.Set("Content-Length", strconv.Itoa(len(data)))
+		rq.w.WriteHeader(http.StatusOK)
+		_, _ = rq.w.Write(data)
+	}
+	return true
+}
+
+// gzipThresholdBytes is the response size from which upstream's response writer gzips for
+// clients that accept it.
+const gzipThresholdBytes = 128 << 10
+
+// encodedBytes is an Encoder for an object already encoded.
+type encodedBytes []byte
+
+func (e encodedBytes) Encode(_ runtime.Object, w io.Writer) error {
+	_, err := w.Write(e)
+	return err
+}
+func (encodedBytes) Identifier() runtime.Identifier { return "encoded-bytes" }
 
 // decodeQuery fills a meta.k8s.io options object from the query string like the real server.
 func decodeQuery(r *http.Request, into runtime.Object) error {

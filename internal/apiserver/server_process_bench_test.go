@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +18,9 @@ import (
 
 // serveEnv makes the test binary a plain API server process for BenchmarkGETServerProcess.
 const serveEnv = "GOOFY_APISERVER_BENCH_SERVE"
+
+// cpuProfileEnv names a file to write the server process's CPU profile to.
+const cpuProfileEnv = "GOOFY_APISERVER_BENCH_CPUPROFILE"
 
 // TestServeForBenchmark is not a test: with serveEnv set it serves one cluster on loopback HTTP,
 // prints its address and runs until stdin closes. Otherwise it returns at once.
@@ -33,6 +37,18 @@ func TestServeForBenchmark(t *testing.T) {
 	ln, err := listenLoopback()
 	if err != nil {
 		t.Fatal(err)
+	}
+	// GOOFY_APISERVER_BENCH_CPUPROFILE=<file> profiles the server process (go test's own
+	// -cpuprofile covers only the client side).
+	if f := os.Getenv(cpuProfileEnv); f != "" {
+		out, err := os.Create(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(out); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); _ = out.Close() }()
 	}
 	go func() { _ = srv.Serve(ln) }()
 	fmt.Printf("ADDR %s\n", ln.Addr())

@@ -38,6 +38,7 @@ type Cluster struct {
 	// old object versions alive; nil while the history is empty (no cost when idle for long).
 	expiry *time.Timer
 	closed bool
+	enc    encodedCache // encodings of recently read objects (see GetEncoded)
 }
 
 // objRef locates a stored object.
@@ -83,6 +84,7 @@ func (c *Cluster) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
+	c.enc.entries, c.enc.bytes = nil, 0
 	if c.expiry != nil {
 		c.expiry.Stop()
 		c.expiry = nil
@@ -237,6 +239,7 @@ func (c *Cluster) putLocked(gr schema.GroupResource, obj, old client.Object) {
 	obj.SetResourceVersion(formatRV(c.rv))
 	key := objectKey(obj.GetNamespace(), obj.GetName())
 	c.kindMap(gr)[key] = obj
+	c.enc.drop(objRef{gr: gr, key: key})
 	if old != nil {
 		c.unindexOwners(gr, key, old)
 	}
@@ -254,6 +257,7 @@ func (c *Cluster) dropLocked(gr schema.GroupResource, old, last client.Object) {
 	last.SetResourceVersion(formatRV(c.rv))
 	key := objectKey(old.GetNamespace(), old.GetName())
 	delete(c.objects[gr], key)
+	c.enc.drop(objRef{gr: gr, key: key})
 	c.unindexOwners(gr, key, old)
 	c.emit(watch.Deleted, gr, key, last, old, c.rv)
 }

@@ -1,0 +1,115 @@
+package store
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// countingJSON encodes with encoding/json and counts the calls, to tell cache hits from misses.
+type countingJSON struct{ calls int }
+
+func (e *countingJSON) encode(obj runtime.Object, w *bytes.Buffer) error {
+	e.calls++
+	return json.NewEncoder(w).Encode(obj)
+}
+
+func TestGetEncodedCachesUntilTheObjectChanges(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	mustCreate(t, c, configMap("default", "cm", map[string]string{"k": "v1"}))
+	enc := &countingJSON{}
+
+	first, err := c.GetEncoded(configMapsGVR, "default", "cm", "json", enc.encode)
+	g.Expect(err).NotTo(HaveOccurred())
+	again, err := c.GetEncoded(configMapsGVR, "default", "cm", "json", enc.encode)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(enc.calls).To(Equal(1), "an unchanged object is encoded once")
+	g.Expect(again).To(Equal(first))
+	g.Expect(string(first)).To(ContainSubstring(`"kind":"ConfigMap"`), "the stored object carries its TypeMeta")
+
+	// Another format of the same version is encoded separately.
+	other := &countingJSON{}
+	_, err = c.GetEncoded(configMapsGVR, "default", "cm", "other", other.encode)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(other.calls).To(Equal(1))
+
+	// An update makes the next read encode the new version.
+	cur := mustGet(t, c, configMap("default", "cm", nil)).(*corev1.ConfigMap)
+	cur.Data["k"] = "v2"
+	_, err = c.Update(configMapsGVR, "default", cur, UpdateOptions{FieldManager: "test"})
+	g.Expect(err).NotTo(HaveOccurred())
+	updated, err := c.GetEncoded(configMapsGVR, "default", "cm", "json", enc.encode)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(enc.calls).To(Equal(2))
+	g.Expect(string(updated)).To(ContainSubstring(`"k":"v2"`))
+
+	// A delete drops the encodings with the object.
+	_, err = c.Delete(configMapsGVR, "default", "cm", DeleteOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.GetEncoded(configMapsGVR, "default", "cm", "json", enc.encode)
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "got %v", err)
+	c.mu.RLock()
+	g.Expect(c.enc.entries).To(BeNil())
+	g.Expect(c.enc.bytes).To(BeZero())
+	c.mu.RUnlock()
+}
+
+func TestGetEncodedStaysBounded(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	big := strings.Repeat("x", maxEncodedEntryBytes/2)
+	for i := range 20 {
+		mustCreate(t, c, configMap("default", fmt.Sprintf("cm-%d", i), map[string]string{"k": big}))
+	}
+	enc := &countingJSON{}
+	for i := range 20 {
+		_, err := c.GetEncoded(configMapsGVR, "default", fmt.Sprintf("cm-%d", i), "json", enc.encode)
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	c.mu.RLock()
+	g.Expect(c.enc.bytes).To(BeNumerically("<=", MaxEncodedCacheBytes))
+	g.Expect(c.enc.bytes).To(BeNumerically(">", MaxEncodedCacheBytes/2), "the cache is used up to its bound")
+	sum := 0
+	for _, ent := range c.enc.entries {
+		for _, f := range ent.formats {
+			sum += len(f.data)
+		}
+	}
+	g.Expect(sum).To(Equal(c.enc.bytes), "the byte count matches the entries")
+	c.mu.RUnlock()
+
+	// An encoding larger than an entry may be is returned but not kept.
+	huge := strings.Repeat("y", maxEncodedEntryBytes)
+	mustCreate(t, c, configMap("default", "huge", map[string]string{"k": huge}))
+	for range 2 {
+		data, err := c.GetEncoded(configMapsGVR, "default", "huge", "json", enc.encode)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(len(data)).To(BeNumerically(">", maxEncodedEntryBytes))
+	}
+	calls := enc.calls
+	_, _ = c.GetEncoded(configMapsGVR, "default", "huge", "json", enc.encode)
+	g.Expect(enc.calls).To(Equal(calls + 1))
+}
+
+func TestGetEncodedErrors(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	mustCreate(t, c, configMap("default", "cm", nil))
+	failing := func(runtime.Object, *bytes.Buffer) error { return fmt.Errorf("boom") }
+	_, err := c.GetEncoded(configMapsGVR, "default", "cm", "json", failing)
+	g.Expect(err).To(MatchError("boom"))
+	enc := &countingJSON{}
+	_, err = c.GetEncoded(configMapsGVR, "default", "cm", "json", enc.encode)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(enc.calls).To(Equal(1), "a failed encoding is not cached")
+	_, err = c.GetEncoded(configMapsGVR, "", "cm", "json", enc.encode)
+	g.Expect(apierrors.IsBadRequest(err)).To(BeTrue(), "namespace required: %v", err)
+}
