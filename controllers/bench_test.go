@@ -18,9 +18,10 @@ import (
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
 )
 
-// TestReconcilesPerProvisionedMachine: with zero phase delays a machine is Ready after exactly
-// three reconciles (Paused condition, finalizer, all phases in one pass), and a Ready machine asks
-// for no further requeue: no hot loop.
+// TestReconcilesPerProvisionedMachine: with zero phase delays a machine is Ready after one
+// reconcile (Paused condition, finalizer and all phases in one pass) that writes twice (status,
+// then finalizer + provider ID), and a Ready machine asks for no further requeue and writes
+// nothing: no hot loop.
 func TestReconcilesPerProvisionedMachine(t *testing.T) {
 	requireEnv(t)
 	h := newHarness(t)
@@ -33,13 +34,15 @@ func TestReconcilesPerProvisionedMachine(t *testing.T) {
 			name = "count-cp-0"
 		}
 		_, gm := newMachine(t, f, name, o)
-		n := h.reconcileUntilReady(t, gm)
-		t.Logf("%s: Ready after %d reconciles", name, n)
-		if n != 3 {
-			t.Errorf("%s: Ready after %d reconciles, want 3", name, n)
+		var n int
+		writes := h.writesDuring(func() { n = h.reconcileUntilReady(t, gm) })
+		t.Logf("%s: Ready after %d reconciles, %d writes", name, n, writes)
+		if n != 1 || writes != 2 {
+			t.Errorf("%s: Ready after %d reconciles and %d writes, want 1 and 2", name, n, writes)
 		}
-		if res := h.reconcileMachine(t, gm); res != (ctrl.Result{}) {
-			t.Errorf("%s: a Ready machine requeues: %+v", name, res)
+		var res ctrl.Result
+		if writes := h.writesDuring(func() { res = h.reconcileMachine(t, gm) }); res != (ctrl.Result{}) || writes != 0 {
+			t.Errorf("%s: a Ready machine requeues (%+v) or writes (%d)", name, res, writes)
 		}
 	}
 }

@@ -17,9 +17,6 @@ import (
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
-	"sigs.k8s.io/cluster-api/util/finalizers"
-	"sigs.k8s.io/cluster-api/util/patch"
-	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
 	"sigs.k8s.io/cluster-api/util/secret"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -49,7 +46,7 @@ type GoofyClusterReconciler struct {
 func (r *GoofyClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	log := ctrl.LoggerFrom(ctx)
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&infrav1.GoofyCluster{}).
+		For(&infrav1.GoofyCluster{}, builder.WithPredicates(specOrMetadataChanged())).
 		WithOptions(options).
 		WithEventFilter(predicates.ResourceNotPausedAndHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
 		Watches(&clusterv1.Cluster{},
@@ -59,8 +56,9 @@ func (r *GoofyClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		Complete(r)
 }
 
-// Reconcile follows CAPI's reconciler shape: owner Cluster, pause, finalizer, one deferred patch.
-func (r *GoofyClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+// Reconcile follows CAPI's reconciler shape: owner Cluster, pause, finalizer, one deferred patch
+// (objectPatcher: status, then metadata and spec).
+func (r *GoofyClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, reterr error) {
 	log := ctrl.LoggerFrom(ctx)
 	if err := r.Restarter.Wait(ctx); err != nil {
 		return ctrl.Result{}, err
@@ -90,26 +88,24 @@ func (r *GoofyClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	log = log.WithValues("Cluster", klogRef(cluster))
 	ctx = ctrl.LoggerInto(ctx, log)
 
-	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, gc); err != nil || isPaused || requeue {
-		return ctrl.Result{}, err
-	}
-	if gc.DeletionTimestamp.IsZero() {
-		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, gc, infrav1.ClusterFinalizer); err != nil || added {
-			return ctrl.Result{}, err
-		}
-	}
-
-	patchHelper, err := patch.NewHelper(gc, r.Client)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
+	// One deferred patch writes the reconcile's changes (see objectPatcher); a stale read comes back
+	// as a conflict and the cluster is simply reconciled again.
+	patcher := newObjectPatcher(r.Client, gc)
 	defer func() {
-		if err := patchHelper.Patch(ctx, gc, patch.WithOwnedConditions{Conditions: []string{
-			infrav1.ReadyCondition, infrav1.LoadBalancerReadyCondition, infrav1.PausedCondition,
-		}}); err != nil {
+		if err := patcher.Patch(ctx, gc); err != nil {
+			var stale errStaleObject
+			if errors.As(err, &stale) && reterr == nil {
+				log.V(4).Info("GoofyCluster changed while reconciling, requeueing", "reason", err.Error())
+				res = ctrl.Result{RequeueAfter: staleRetry}
+				return
+			}
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 	}()
+	if setPausedCondition(cluster, gc, "GoofyCluster") {
+		log.V(4).Info("Reconciliation is paused")
+		return ctrl.Result{}, nil
+	}
 
 	if !gc.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, cluster, gc)
@@ -119,6 +115,8 @@ func (r *GoofyClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 
 func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Cluster, gc *infrav1.GoofyCluster) error {
 	key := mux.ClusterKey(gc.Namespace, cluster.Name)
+	// The listener reserves a port: deletion has to free it.
+	controllerutil.AddFinalizer(gc, infrav1.ClusterFinalizer)
 
 	// Keep a recorded endpoint's port: after a restart the listener comes back where clients expect it.
 	var l *mux.WorkloadClusterListener

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -15,9 +16,6 @@ import (
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
-	"sigs.k8s.io/cluster-api/util/finalizers"
-	"sigs.k8s.io/cluster-api/util/patch"
-	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -38,6 +36,10 @@ const NodeNotReadyAnnotation = "goofy.infrastructure.cluster.x-k8s.io/node-not-r
 // waitForListener is how long a machine waits for its cluster's listener, which the GoofyCluster
 // reconciler re-creates after a restart.
 const waitForListener = time.Second
+
+// staleRetry is how soon an object is reconciled again after its patch found it changed (a stale
+// cache read, or a concurrent write by CAPI); by then the cache has the newer version.
+const staleRetry = 250 * time.Millisecond
 
 // GoofyMachineReconciler simulates the provisioning of a machine in phases: VM, Node and, for
 // control-plane machines, etcd member and API server.
@@ -68,11 +70,12 @@ func (r *GoofyMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&infrav1.GoofyMachine{}).
+		For(&infrav1.GoofyMachine{}, builder.WithPredicates(specOrMetadataChanged())).
 		WithOptions(options).
 		WithEventFilter(predicates.ResourceNotPausedAndHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
 		Watches(&clusterv1.Machine{},
 			handler.EnqueueRequestsFromMapFunc(util.MachineToInfrastructureMapFunc(infrav1.GroupVersion.WithKind("GoofyMachine"))),
+			builder.WithPredicates(specOrMetadataChanged()),
 		).
 		Watches(&clusterv1.Cluster{},
 			handler.EnqueueRequestsFromMapFunc(clusterToMachines),
@@ -84,9 +87,9 @@ func (r *GoofyMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		Complete(r)
 }
 
-// Reconcile follows CAPI's reconciler shape: owner Machine and Cluster, pause, finalizer, one
-// deferred patch that owns the phase conditions.
-func (r *GoofyMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+// Reconcile follows CAPI's reconciler shape: owner Machine and Cluster, pause, one deferred patch
+// that carries the Paused condition, the finalizer, the phase conditions and the machine's identity.
+func (r *GoofyMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, reterr error) {
 	log := ctrl.LoggerFrom(ctx)
 	if err := r.Restarter.Wait(ctx); err != nil {
 		return ctrl.Result{}, err
@@ -129,27 +132,24 @@ func (r *GoofyMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	log = log.WithValues("Cluster", klogRef(cluster))
 	ctx = ctrl.LoggerInto(ctx, log)
 
-	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, gm); err != nil || isPaused || requeue {
-		return ctrl.Result{}, err
-	}
-	if gm.DeletionTimestamp.IsZero() {
-		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, gm, infrav1.MachineFinalizer); err != nil || added {
-			return ctrl.Result{}, err
-		}
-	}
-
-	patchHelper, err := patch.NewHelper(gm, r.Client)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
+	// One deferred patch writes the reconcile's changes (see objectPatcher); a stale read comes back
+	// as a conflict and the machine is simply reconciled again.
+	patcher := newObjectPatcher(r.Client, gm)
 	defer func() {
-		if err := patchHelper.Patch(ctx, gm, patch.WithOwnedConditions{Conditions: []string{
-			infrav1.ReadyCondition, infrav1.VMProvisionedCondition, infrav1.NodeProvisionedCondition,
-			infrav1.EtcdProvisionedCondition, infrav1.APIServerProvisionedCondition, infrav1.PausedCondition,
-		}}); err != nil {
+		if err := patcher.Patch(ctx, gm); err != nil {
+			var stale errStaleObject
+			if errors.As(err, &stale) && reterr == nil {
+				log.V(4).Info("GoofyMachine changed while reconciling, requeueing", "reason", err.Error())
+				res = ctrl.Result{RequeueAfter: staleRetry}
+				return
+			}
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
 	}()
+	if setPausedCondition(cluster, gm, "GoofyMachine") {
+		log.V(4).Info("Reconciliation is paused")
+		return ctrl.Result{}, nil
+	}
 
 	s := &machineScope{cluster: cluster, machine: machine, gm: gm, key: mux.ClusterKey(cluster.Namespace, cluster.Name)}
 	if ref := cluster.Spec.InfrastructureRef; ref.Name != "" {
@@ -200,6 +200,8 @@ func (r *GoofyMachineReconciler) reconcileNormal(ctx context.Context, s *machine
 		return ctrl.Result{RequeueAfter: waitForListener}, nil
 	}
 	if s.azure() {
+		// Binding reserves an instance: from here on deletion has something to release.
+		controllerutil.AddFinalizer(s.gm, infrav1.MachineFinalizer)
 		bound, err := r.bindAzureInstance(ctx, s)
 		if err != nil || !bound {
 			setSummary(s)

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
@@ -56,10 +57,17 @@ func (r *GoofyMachineReconciler) runPhases(ctx context.Context, s *machineScope,
 	if backend == nil {
 		backend = &infrav1.InMemoryMachineBackend{}
 	}
+	// The finalizer comes with the first phase that changes anything outside the GoofyMachine (the
+	// VM's address, then workload objects): deletion must undo it. Until then there is nothing to
+	// release, and the finalizer rides on a patch the machine needs anyway (its provider ID).
+	ensure := func(p phase) error {
+		controllerutil.AddFinalizer(s.gm, infrav1.MachineFinalizer)
+		return p.ensure(r, ctx, s, l)
+	}
 	for _, p := range phasesFor(s) {
 		c := conditions.Get(s.gm, p.condition)
 		if c != nil && c.Status == metav1.ConditionTrue {
-			if err := p.ensure(r, ctx, s, l); err != nil {
+			if err := ensure(p); err != nil {
 				return ctrl.Result{}, fmt.Errorf("%s: %w", p.condition, err)
 			}
 			continue
@@ -78,7 +86,7 @@ func (r *GoofyMachineReconciler) runPhases(ctx context.Context, s *machineScope,
 		if remaining := c.LastTransitionTime.Add(d).Sub(now); remaining > 0 {
 			return ctrl.Result{RequeueAfter: remaining}, nil
 		}
-		if err := p.ensure(r, ctx, s, l); err != nil {
+		if err := ensure(p); err != nil {
 			conditions.Set(s.gm, metav1.Condition{Type: p.condition, Status: metav1.ConditionFalse, Reason: infrav1.ProvisioningReason, Message: err.Error()})
 			return ctrl.Result{}, fmt.Errorf("%s: %w", p.condition, err)
 		}

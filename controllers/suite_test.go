@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/secret"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
@@ -186,6 +188,52 @@ type harness struct {
 	clusterR *GoofyClusterReconciler
 	machineR *GoofyMachineReconciler
 	clock    *clocktesting.FakeClock
+	// writes counts the requests that change objects which the reconcilers sent to the
+	// management API server (creates, updates, patches, deletes; subresources included).
+	writes atomic.Int64
+}
+
+// countingClient is an uncached client like k8sClient with every write counted in *n
+// (controller-runtime's interceptor).
+func countingClient(n *atomic.Int64) client.Client {
+	count := func() { n.Add(1) }
+	w, err := client.NewWithWatch(cfg, client.Options{Scheme: testScheme})
+	if err != nil {
+		panic(err) // the same config made k8sClient
+	}
+	return interceptor.NewClient(w, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			count()
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			count()
+			return c.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			count()
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			count()
+			return c.Delete(ctx, obj, opts...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			count()
+			return c.SubResource(sub).Update(ctx, obj, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			count()
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+}
+
+// writesDuring returns how many writes the reconcilers sent while f ran.
+func (h *harness) writesDuring(f func()) int64 {
+	before := h.writes.Load()
+	f()
+	return h.writes.Load() - before
 }
 
 // testEpoch is a whole second, as Kubernetes stores condition times.
@@ -203,14 +251,11 @@ func newHarness(t testing.TB) *harness {
 		defer cancel()
 		_ = m.Shutdown(ctx)
 	})
-	clk := clocktesting.NewFakeClock(testEpoch)
-	return &harness{
-		stores:   stores,
-		mux:      m,
-		clock:    clk,
-		clusterR: &GoofyClusterReconciler{Client: k8sClient, Mux: m},
-		machineR: &GoofyMachineReconciler{Client: k8sClient, Mux: m, Clock: clk},
-	}
+	h := &harness{stores: stores, mux: m, clock: clocktesting.NewFakeClock(testEpoch)}
+	c := countingClient(&h.writes)
+	h.clusterR = &GoofyClusterReconciler{Client: c, Mux: m}
+	h.machineR = &GoofyMachineReconciler{Client: c, Mux: m, Clock: h.clock}
+	return h
 }
 
 func (h *harness) reconcileCluster(t testing.TB, gc *infrav1.GoofyCluster) ctrl.Result {

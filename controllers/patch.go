@@ -1,0 +1,160 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/annotations"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// objectPatcher writes what one reconcile changed on a Goofy object in at most two requests: a
+// merge patch on /status, then one on the object (metadata and spec). Nothing is sent when
+// nothing changed.
+//
+// CAPI's patch helper sends conditions, status and spec as three requests, and its conditions
+// request carries the resourceVersion the reconcile started from; at fleet scale those requests
+// are the provider's main load on the management API server (docs/performance.md). Goofy owns
+// every condition and status field of its objects, so one status patch carries them all.
+//
+// Both patches are guarded by the resourceVersion (optimistic lock): a reconcile that read a stale
+// cache must not write its older view over a newer one (a merge patch replaces whole lists such as
+// conditions and finalizers). Status goes first so that the object's watch event, which the
+// reconcilers react to, shows the finished write.
+type objectPatcher struct {
+	client client.Client
+	before client.Object
+}
+
+func newObjectPatcher(c client.Client, obj client.Object) *objectPatcher {
+	return &objectPatcher{client: c, before: obj.DeepCopyObject().(client.Object)}
+}
+
+// errStaleObject reports that the object changed since the reconcile read it; the caller requeues.
+type errStaleObject struct{ err error }
+
+func (e errStaleObject) Error() string { return e.err.Error() }
+func (e errStaleObject) Unwrap() error { return e.err }
+
+// Patch sends obj's changes since newObjectPatcher. A conflict comes back as errStaleObject.
+func (p *objectPatcher) Patch(ctx context.Context, obj client.Object) error {
+	fields, err := p.diff(obj)
+	if err != nil {
+		return err
+	}
+	if _, specChanged := fields["spec"]; specChanged {
+		// The API server bumps a custom resource's generation by one for every spec change. The
+		// conditions this reconcile set describe the object including that change (Goofy wrote
+		// it), so they observe the new generation; otherwise the next reconcile would spend a
+		// status patch on observedGeneration alone.
+		if setter, ok := obj.(conditions.Setter); ok {
+			conds := setter.GetConditions()
+			for i := range conds {
+				if conds[i].ObservedGeneration == obj.GetGeneration() {
+					conds[i].ObservedGeneration++
+				}
+			}
+			setter.SetConditions(conds)
+			if fields, err = p.diff(obj); err != nil {
+				return err
+			}
+		}
+	}
+	status, hasStatus := fields["status"]
+	delete(fields, "status")
+	rv := p.before.GetResourceVersion()
+
+	if hasStatus {
+		body, err := json.Marshal(map[string]any{"metadata": map[string]string{"resourceVersion": rv}, "status": status})
+		if err != nil {
+			return err
+		}
+		// Patch a copy: the response would overwrite obj's spec and metadata with the old ones.
+		sent := obj.DeepCopyObject().(client.Object)
+		if err := p.client.Status().Patch(ctx, sent, client.RawPatch(types.MergePatchType, body)); err != nil {
+			return p.wrap(obj, "status", err)
+		}
+		rv = sent.GetResourceVersion()
+		obj.SetResourceVersion(rv)
+	}
+	if len(fields) > 0 {
+		meta := map[string]json.RawMessage{}
+		if raw, ok := fields["metadata"]; ok {
+			if err := json.Unmarshal(raw, &meta); err != nil {
+				return err
+			}
+		}
+		meta["resourceVersion"], _ = json.Marshal(rv)
+		fields["metadata"], _ = json.Marshal(meta)
+		body, err := json.Marshal(fields)
+		if err != nil {
+			return err
+		}
+		sent := obj.DeepCopyObject().(client.Object)
+		if err := p.client.Patch(ctx, sent, client.RawPatch(types.MergePatchType, body)); err != nil {
+			return p.wrap(obj, "object", err)
+		}
+		obj.SetResourceVersion(sent.GetResourceVersion())
+	}
+	return nil
+}
+
+// diff is the JSON merge patch from the object as read to obj, by top-level field.
+func (p *objectPatcher) diff(obj client.Object) (map[string]json.RawMessage, error) {
+	data, err := client.MergeFrom(p.before).Data(obj)
+	if err != nil {
+		return nil, fmt.Errorf("computing the patch of %s: %w", klogRef(obj), err)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return nil, fmt.Errorf("splitting the patch of %s: %w", klogRef(obj), err)
+	}
+	return fields, nil
+}
+
+func (p *objectPatcher) wrap(obj client.Object, what string, err error) error {
+	if apierrors.IsNotFound(err) && !obj.GetDeletionTimestamp().IsZero() && len(obj.GetFinalizers()) == 0 {
+		return nil // deleted once its finalizer went: nothing left to write
+	}
+	err = fmt.Errorf("patching the %s of %s: %w", what, klogRef(obj), err)
+	if apierrors.IsConflict(err) {
+		return errStaleObject{err}
+	}
+	return err
+}
+
+// pausable is a Goofy object with conditions.
+type pausable interface {
+	client.Object
+	conditions.Setter
+}
+
+// setPausedCondition records whether reconciliation is paused (the Cluster's spec.paused or the
+// object's cluster.x-k8s.io/paused annotation) as CAPI's v1beta2 contract asks, in memory: the
+// reconcile's one patch carries it. It reports whether the object is paused.
+func setPausedCondition(cluster *clusterv1.Cluster, obj pausable, kind string) bool {
+	c := metav1.Condition{Type: clusterv1.PausedCondition, Status: metav1.ConditionFalse, Reason: clusterv1.NotPausedReason}
+	var why []string
+	if cluster != nil && ptr.Deref(cluster.Spec.Paused, false) {
+		why = append(why, "Cluster spec.paused is set to true")
+	}
+	if annotations.HasPaused(obj) {
+		why = append(why, kind+" has the "+clusterv1.PausedAnnotation+" annotation")
+	}
+	if len(why) > 0 {
+		c.Status, c.Reason = metav1.ConditionTrue, clusterv1.PausedReason
+		c.Message = why[0]
+		if len(why) > 1 {
+			c.Message += ", " + why[1]
+		}
+	}
+	conditions.Set(obj, c)
+	return c.Status == metav1.ConditionTrue
+}
