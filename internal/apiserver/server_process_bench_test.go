@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,9 +26,11 @@ const serveEnv = "GOOFY_APISERVER_BENCH_SERVE"
 const cpuProfileEnv = "GOOFY_APISERVER_BENCH_CPUPROFILE"
 
 // TestServeForBenchmark is not a test: with serveEnv set it serves one cluster on loopback HTTP,
-// prints its address and runs until stdin closes. Otherwise it returns at once.
+// prints its address and runs until stdin closes. Otherwise it returns at once. serveEnv=floor
+// serves GETs with canned bytes instead (see BenchmarkGETServerProcessFloor).
 func TestServeForBenchmark(t *testing.T) {
-	if os.Getenv(serveEnv) == "" {
+	mode := os.Getenv(serveEnv)
+	if mode == "" {
 		return
 	}
 	m := store.NewManager()
@@ -33,7 +38,11 @@ func TestServeForBenchmark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: NewHandler(c, Options{}), ReadHeaderTimeout: 10 * time.Second}
+	h := NewHandler(c, Options{})
+	if mode == "floor" {
+		h = cannedGETs(h)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	ln, err := listenLoopback()
 	if err != nil {
 		t.Fatal(err)
@@ -56,12 +65,48 @@ func TestServeForBenchmark(t *testing.T) {
 	_ = srv.Close()
 }
 
+// cannedGETs answers each GET with the bytes the API server gave for the same path the first
+// time, and passes everything else on: a server that does no API server work per GET.
+func cannedGETs(api http.Handler) http.Handler {
+	var mu sync.Mutex
+	canned := map[string][]byte{}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet {
+			api.ServeHTTP(w, r)
+			return
+		}
+		mu.Lock()
+		body, ok := canned[r.URL.Path]
+		mu.Unlock()
+		if !ok {
+			rec := httptest.NewRecorder()
+			api.ServeHTTP(rec, r)
+			body = rec.Body.Bytes()
+			mu.Lock()
+			canned[r.URL.Path] = body
+			mu.Unlock()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(body)
+	})
+}
+
 // BenchmarkGETServerProcess measures GETs over loopback HTTP/1.1 keep-alive against a server in
 // its own process, and divides by the server process's CPU time: the server's GETs per core,
-// without the client's cost (which an in-process benchmark adds).
-func BenchmarkGETServerProcess(b *testing.B) {
+// without the client's cost (which an in-process benchmark adds). The server process runs with
+// the benchmark's GOMAXPROCS, so -cpu 1 rates a server confined to one core.
+func BenchmarkGETServerProcess(b *testing.B) { benchGETServerProcess(b, "api") }
+
+// BenchmarkGETServerProcessFloor is BenchmarkGETServerProcess against a server that answers the
+// GETs with canned bytes (the same response): what net/http, the Go scheduler and the loopback
+// network cost alone, the floor under the API server's own figure on this machine.
+func BenchmarkGETServerProcessFloor(b *testing.B) { benchGETServerProcess(b, "floor") }
+
+func benchGETServerProcess(b *testing.B, mode string) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestServeForBenchmark$", "-test.count=1")
-	cmd.Env = append(os.Environ(), serveEnv+"=1")
+	cmd.Env = append(os.Environ(), serveEnv+"="+mode, fmt.Sprintf("GOMAXPROCS=%d", runtime.GOMAXPROCS(0)))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		b.Fatal(err)
