@@ -80,3 +80,54 @@ func TestGetFormats(t *testing.T) {
 	code, _, body = env.do(t, http.MethodGet, "/api/v1/nodes/n1", "", "text/html", "")
 	g.Expect(code).To(Equal(http.StatusNotAcceptable), body)
 }
+
+// TestGetConcurrentReaders GETs one Node from several JSON and protobuf clients while it changes.
+// Encoding reads the shared stored object: under -race this fails if encoding ever writes to it.
+func TestGetConcurrentReaders(t *testing.T) {
+	g := NewWithT(t)
+	env := newTestEnv(t, Options{})
+	createNode(t, env, readyNode("n1"))
+	jsonCS := env.clientset(t)
+	protoCS, err := kubernetes.NewForConfig(env.protobufConfig())
+	g.Expect(err).NotTo(HaveOccurred())
+
+	const writes = 20
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	for i := range 4 {
+		cs := jsonCS
+		if i%2 == 1 {
+			cs = protoCS
+		}
+		go func() {
+			for {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				if _, err := cs.CoreV1().Nodes().Get(ctx(t), "n1", metav1.GetOptions{}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := range writes {
+		n, err := jsonCS.CoreV1().Nodes().Get(ctx(t), "n1", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		n.Labels["write"] = strconv.Itoa(i)
+		_, err = jsonCS.CoreV1().Nodes().Update(ctx(t), n, metav1.UpdateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	close(done)
+	for range 4 {
+		g.Expect(<-errs).NotTo(HaveOccurred())
+	}
+	for _, cs := range []*kubernetes.Clientset{jsonCS, protoCS} {
+		n, err := cs.CoreV1().Nodes().Get(ctx(t), "n1", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n.Labels).To(HaveKeyWithValue("write", strconv.Itoa(writes-1)))
+	}
+}

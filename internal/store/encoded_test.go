@@ -113,3 +113,46 @@ func TestGetEncodedErrors(t *testing.T) {
 	_, err = c.GetEncoded(configMapsGVR, "", "cm", "json", enc.encode)
 	g.Expect(apierrors.IsBadRequest(err)).To(BeTrue(), "namespace required: %v", err)
 }
+
+// TestGetEncodedConcurrentWithWrites reads encodings while the object changes (run with -race):
+// after the writes, readers see the last version, never a cached older one.
+func TestGetEncodedConcurrentWithWrites(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	mustCreate(t, c, configMap("default", "cm", map[string]string{"n": "0"}))
+	encode := func(obj runtime.Object, w *bytes.Buffer) error { return json.NewEncoder(w).Encode(obj) }
+	const writes = 50
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				if _, err := c.GetEncoded(configMapsGVR, "default", "cm", "json", encode); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := 1; i <= writes; i++ {
+		cur := mustGet(t, c, configMap("default", "cm", nil)).(*corev1.ConfigMap)
+		cur.Data["n"] = fmt.Sprint(i)
+		_, err := c.Update(configMapsGVR, "default", cur, UpdateOptions{FieldManager: "test"})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	close(done)
+	for range 4 {
+		g.Expect(<-errs).NotTo(HaveOccurred())
+	}
+	data, err := c.GetEncoded(configMapsGVR, "default", "cm", "json", encode)
+	g.Expect(err).NotTo(HaveOccurred())
+	var got corev1.ConfigMap
+	g.Expect(json.Unmarshal(data, &got)).To(Succeed())
+	g.Expect(got.Data).To(HaveKeyWithValue("n", fmt.Sprint(writes)))
+}
