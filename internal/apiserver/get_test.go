@@ -1,6 +1,8 @@
 package apiserver
 
 import (
+	"bytes"
+	"fmt"
 	"net/http"
 	"strconv"
 	"testing"
@@ -8,7 +10,10 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
 
 // TestGetServesTheCurrentVersion reads a Node through JSON and protobuf clientsets, changes it,
@@ -81,53 +86,92 @@ func TestGetFormats(t *testing.T) {
 	g.Expect(code).To(Equal(http.StatusNotAcceptable), body)
 }
 
-// TestGetConcurrentReaders GETs one Node from several JSON and protobuf clients while it changes.
-// Encoding reads the shared stored object: under -race this fails if encoding ever writes to it.
+// TestGetConcurrentReaders has several JSON and protobuf clients GET the same Nodes at the same
+// time, so that first GETs of a version (which encode it) can overlap, between rounds of updates:
+// every round reads the version of the last round, never a cached older one, and -race checks
+// the cache's locking. (TestEncodeSharedDoesNotWrite checks the encoder itself.)
 func TestGetConcurrentReaders(t *testing.T) {
 	g := NewWithT(t)
 	env := newTestEnv(t, Options{})
-	createNode(t, env, readyNode("n1"))
+	const nodes, readers, rounds = 20, 6, 3
+	for i := range nodes {
+		createNode(t, env, readyNode(fmt.Sprintf("n%d", i)))
+	}
 	jsonCS := env.clientset(t)
 	protoCS, err := kubernetes.NewForConfig(env.protobufConfig())
 	g.Expect(err).NotTo(HaveOccurred())
 
-	const writes = 20
-	done := make(chan struct{})
-	errs := make(chan error, 4)
-	for i := range 4 {
-		cs := jsonCS
-		if i%2 == 1 {
-			cs = protoCS
+	for round := range rounds {
+		start := make(chan struct{})
+		errs := make(chan error, readers)
+		for r := range readers {
+			cs := []*kubernetes.Clientset{jsonCS, protoCS}[r%2]
+			go func() {
+				<-start
+				for i := range nodes {
+					n, err := cs.CoreV1().Nodes().Get(ctx(t), fmt.Sprintf("n%d", i), metav1.GetOptions{})
+					if err == nil && round > 0 && n.Labels["round"] != strconv.Itoa(round-1) {
+						err = fmt.Errorf("node %s: stale labels %v in round %d", n.Name, n.Labels, round)
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- nil
+			}()
 		}
-		go func() {
-			for {
-				select {
-				case <-done:
-					errs <- nil
-					return
-				default:
+		close(start)
+		for range readers {
+			g.Expect(<-errs).NotTo(HaveOccurred())
+		}
+		for i := range nodes {
+			n, err := jsonCS.CoreV1().Nodes().Get(ctx(t), fmt.Sprintf("n%d", i), metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			n.Labels["round"] = strconv.Itoa(round)
+			_, err = jsonCS.CoreV1().Nodes().Update(ctx(t), n, metav1.UpdateOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+		}
+	}
+}
+
+// TestEncodeSharedDoesNotWrite encodes one object from two goroutines at once in every media
+// type, with and without TypeMeta: under -race this fails if encoding writes to the object (as a
+// version encoder does, setting TypeMeta on an object that lacks it while it encodes). The bare
+// object is encoded with its kind and left as it was.
+func TestEncodeSharedDoesNotWrite(t *testing.T) {
+	g := NewWithT(t)
+	gvk := corev1.SchemeGroupVersion.WithKind("Node")
+	// concurrently encodes obj twice at once and returns one result.
+	concurrently := func(enc store.EncodeFunc, obj runtime.Object) []byte {
+		outs := make(chan []byte, 2)
+		for range 2 {
+			go func() {
+				var buf bytes.Buffer
+				if err := enc(obj, &buf); err != nil {
+					t.Error(err)
 				}
-				if _, err := cs.CoreV1().Nodes().Get(ctx(t), "n1", metav1.GetOptions{}); err != nil {
-					errs <- err
-					return
-				}
+				outs <- buf.Bytes()
+			}()
+		}
+		a, b := <-outs, <-outs
+		g.Expect(a).To(Equal(b))
+		return a
+	}
+	for _, info := range getServing().objects.SupportedMediaTypes() {
+		for _, ser := range []runtime.Encoder{info.Serializer, info.PrettySerializer} {
+			if ser == nil {
+				continue
 			}
-		}()
-	}
-	for i := range writes {
-		n, err := jsonCS.CoreV1().Nodes().Get(ctx(t), "n1", metav1.GetOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		n.Labels["write"] = strconv.Itoa(i)
-		_, err = jsonCS.CoreV1().Nodes().Update(ctx(t), n, metav1.UpdateOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-	}
-	close(done)
-	for range 4 {
-		g.Expect(<-errs).NotTo(HaveOccurred())
-	}
-	for _, cs := range []*kubernetes.Clientset{jsonCS, protoCS} {
-		n, err := cs.CoreV1().Nodes().Get(ctx(t), "n1", metav1.GetOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(n.Labels).To(HaveKeyWithValue("write", strconv.Itoa(writes-1)))
+			enc := encodeShared(ser, gvk)
+			kinded := readyNode("n1")
+			kinded.SetGroupVersionKind(gvk)
+			want := concurrently(enc, kinded)
+			g.Expect(want).NotTo(BeEmpty(), info.MediaType)
+
+			bare := readyNode("n1")
+			g.Expect(concurrently(enc, bare)).To(Equal(want), "%s: encoded with its kind", info.MediaType)
+			g.Expect(bare.GetObjectKind().GroupVersionKind().Empty()).To(BeTrue(), "the shared object was modified")
+		}
 	}
 }

@@ -135,14 +135,7 @@ func (h *handler) serveGetEncoded(rq *reqScope) bool {
 		format += ";pretty"
 	}
 	gvk := rq.gvr.GroupVersion().WithKind(rq.ri.Kind)
-	data, err := h.c.GetEncoded(rq.gvr, rq.ns, rq.name, format, func(obj runtime.Object, w *bytes.Buffer) error {
-		if obj.GetObjectKind().GroupVersionKind() != gvk {
-			// The object is shared: encode a copy that carries its kind instead of setting it.
-			obj = obj.DeepCopyObject()
-			obj.GetObjectKind().SetGroupVersionKind(gvk)
-		}
-		return info.Serializer.Encode(obj, w)
-	})
+	data, err := h.c.GetEncoded(rq.gvr, rq.ns, rq.name, format, encodeShared(info.Serializer, gvk))
 	switch {
 	case err != nil:
 		h.writeError(rq.w, rq.r, err)
@@ -157,6 +150,20 @@ func (h *handler) serveGetEncoded(rq *reqScope) bool {
 		_, _ = rq.w.Write(data)
 	}
 	return true
+}
+
+// encodeShared encodes a stored object, which other readers share, with ser: unlike a version
+// encoder (runtime.WithVersionEncoder sets the object's TypeMeta while encoding) it never writes
+// to the object.
+func encodeShared(ser runtime.Encoder, gvk schema.GroupVersionKind) store.EncodeFunc {
+	return func(obj runtime.Object, w *bytes.Buffer) error {
+		if obj.GetObjectKind().GroupVersionKind() != gvk {
+			// Encode a copy that carries the kind rather than setting it on the shared object.
+			obj = obj.DeepCopyObject()
+			obj.GetObjectKind().SetGroupVersionKind(gvk)
+		}
+		return ser.Encode(obj, w)
+	}
 }
 
 // gzipThresholdBytes is the response size from which upstream's response writer gzips for
