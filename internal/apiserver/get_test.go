@@ -2,9 +2,13 @@ package apiserver
 
 import (
 	"bytes"
+	"compress/gzip"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -174,4 +178,48 @@ func TestEncodeSharedDoesNotWrite(t *testing.T) {
 			g.Expect(bare.GetObjectKind().GroupVersionKind().Empty()).To(BeTrue(), "the shared object was modified")
 		}
 	}
+}
+
+// TestGetLargeObjectGzipped: like upstream, a GET response over 128 KiB is gzipped for a client
+// that accepts it, and a small one is not.
+func TestGetLargeObjectGzipped(t *testing.T) {
+	g := NewWithT(t)
+	env := newTestEnv(t, Options{})
+	cs := env.clientset(t)
+	big := strings.Repeat("0123456789abcdef", 10<<10) // 160 KiB
+	for name, data := range map[string]string{"big": big, "small": "v"} {
+		_, err := cs.CoreV1().ConfigMaps("default").Create(ctx(t), &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": data}}, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	cl := &http.Client{Transport: &http.Transport{DisableCompression: true}} // show the encoding
+	defer cl.CloseIdleConnections()
+	get := func(name string) (*http.Response, []byte) {
+		req, err := http.NewRequestWithContext(ctx(t), http.MethodGet, env.server.URL+cmPath+"/"+name, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("Accept", "application/json")
+		req.Header.Set("Accept-Encoding", "gzip")
+		resp, err := cl.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+		return resp, body
+	}
+
+	resp, body := get("big")
+	g.Expect(resp.Header.Get("Content-Encoding")).To(Equal("gzip"))
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	g.Expect(err).NotTo(HaveOccurred())
+	plain, err := io.ReadAll(zr)
+	g.Expect(err).NotTo(HaveOccurred())
+	var cm corev1.ConfigMap
+	g.Expect(json.Unmarshal(plain, &cm)).To(Succeed())
+	g.Expect(cm.Data["k"]).To(Equal(big))
+
+	resp, body = get("small")
+	g.Expect(resp.Header.Get("Content-Encoding")).To(BeEmpty())
+	g.Expect(json.Unmarshal(body, &cm)).To(Succeed())
+	g.Expect(cm.Data["k"]).To(Equal("v"))
 }
