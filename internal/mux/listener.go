@@ -310,6 +310,12 @@ func (l *WorkloadClusterListener) stop(ctx context.Context) {
 	l.mux.log.V(1).Info("Stopped serving workload cluster", "cluster", l.name)
 }
 
+// workloadCurves are the key exchanges the simulated endpoints offer: classic ECDHE only. Go's
+// default puts the post-quantum hybrid X25519MLKEM768 first, whose ML-KEM half was a fifth of
+// every handshake's CPU at scale (KCP opens two TLS connections per etcd health check); a
+// simulated cluster's traffic needs no protection against future quantum computers.
+var workloadCurves = []tls.CurveID{tls.X25519, tls.CurveP256}
+
 // tlsConfigFor picks certificate and trust root by server name: an etcd member's name gets its
 // serving certificate and requires a client certificate from the etcd CA; anything else gets the
 // API server certificate and accepts client certificates from the cluster CA.
@@ -329,6 +335,8 @@ func (l *WorkloadClusterListener) tlsConfigFor(hello *tls.ClientHelloInfo) (*tls
 			ClientCAs:    l.etcdPool,
 			NextProtos:   []string{"h2"},
 			MinVersion:   tls.VersionTLS12,
+			// See workloadCurves.
+			CurvePreferences: workloadCurves,
 		}, nil
 	}
 	if l.servingCert == nil {
@@ -347,6 +355,8 @@ func (l *WorkloadClusterListener) tlsConfigFor(hello *tls.ClientHelloInfo) (*tls
 		ClientCAs:  l.caPool,
 		NextProtos: []string{"h2", "http/1.1"},
 		MinVersion: tls.VersionTLS12,
+		// See workloadCurves.
+		CurvePreferences: workloadCurves,
 	}, nil
 }
 
