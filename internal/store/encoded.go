@@ -18,9 +18,10 @@ import (
 // Memory stays bounded: entries exist only for objects somebody read (an idle cluster holds
 // none), an entry is dropped as soon as its object changes or goes away, and a cluster keeps at
 // most MaxEncodedCacheBytes of encodings (random entries are evicted to make room; larger
-// encodings are not kept).
+// encodings are not kept). 64 KiB holds a dozen kubelet-like Nodes in JSON and protobuf; 1,000
+// clusters that all serve GETs keep at most 62.5 MiB.
 const (
-	MaxEncodedCacheBytes = 128 << 10
+	MaxEncodedCacheBytes = 64 << 10
 	maxEncodedEntryBytes = MaxEncodedCacheBytes / 4
 )
 
@@ -84,6 +85,7 @@ func (c *Cluster) GetEncoded(gvr schema.GroupVersionResource, namespace, name, f
 	}
 	data = buf.Bytes()
 	if len(data) <= maxEncodedEntryBytes {
+		data = bytes.Clone(data) // keep exactly the bytes, not the buffer's spare capacity
 		c.mu.RLock()
 		if c.getLocked(ref.gr, ref.key) == obj { // not replaced meanwhile
 			c.enc.mu.Lock()
