@@ -94,8 +94,12 @@ func (l *WorkloadClusterListener) Address() string { return "https://" + l.HostP
 func (l *WorkloadClusterListener) Store() *store.Cluster { return l.cluster }
 
 // GetClient returns a controller-runtime client straight on the workload cluster's store: the
-// reconcilers write Nodes and Pods through it without a TLS round trip.
-func (l *WorkloadClusterListener) GetClient() (client.Client, error) { return l.cluster.Client(), nil }
+// reconcilers write Nodes and Pods through it without a TLS round trip, and without
+// managed-fields tracking (store.WithoutManagedFields): nothing reads ownership of the
+// simulator's own writes, and writes over HTTP are still tracked in full.
+func (l *WorkloadClusterListener) GetClient() (client.Client, error) {
+	return l.cluster.Client(store.WithoutManagedFields()), nil
+}
 
 // RESTConfig returns a client configuration for the listener with an admin (system:masters) client
 // certificate signed by the cluster CA. It needs the CA, so it fails before the first AddAPIServer.

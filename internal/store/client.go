@@ -20,10 +20,29 @@ import (
 
 // Client returns a controller-runtime client straight on this store (no HTTP), for reconcilers.
 // It takes typed objects of Scheme() and unstructured ones of the same kinds.
-func (c *Cluster) Client() client.Client { return &storeClient{c: c} }
+func (c *Cluster) Client(opts ...ClientOption) client.Client {
+	s := &storeClient{c: c}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// ClientOption tunes a Client.
+type ClientOption func(*storeClient)
+
+// WithoutManagedFields makes the client's creates, updates and non-apply patches skip
+// managed-fields tracking (UpdateOptions.SkipManagedFields): objects it writes carry no
+// managedFields entry for its writes, as objects written before server-side apply existed.
+// Objects that already have managedFields, and its server-side applies, are tracked as usual.
+// It suits the simulator's own writes (Nodes, static Pods), which no client needs to see owned.
+func WithoutManagedFields() ClientOption { return func(s *storeClient) { s.untracked = true } }
 
 // storeClient adapts controller-runtime's client options to the store's verbs.
-type storeClient struct{ c *Cluster }
+type storeClient struct {
+	c         *Cluster
+	untracked bool // see WithoutManagedFields
+}
 
 // defaultFieldManager names writes through Client() that set no field owner, as the real API
 // server names them after the client's user agent.
@@ -154,6 +173,7 @@ func (s *storeClient) Create(_ context.Context, obj client.Object, opts ...clien
 	co := (&client.CreateOptions{}).ApplyOptions(opts)
 	out, err := s.c.Create(info.GVR, obj.GetNamespace(), obj, CreateOptions{
 		DryRun: isDryRun(co.DryRun), FieldManager: managerOr(co.FieldManager), FieldValidation: co.FieldValidation,
+		SkipManagedFields: s.untracked,
 	})
 	if err != nil {
 		return err
@@ -172,6 +192,7 @@ func (s *storeClient) update(obj client.Object, sub string, uo *client.UpdateOpt
 	}
 	out, err := s.c.Update(info.GVR, obj.GetNamespace(), obj, UpdateOptions{
 		DryRun: isDryRun(uo.DryRun), FieldManager: managerOr(uo.FieldManager), FieldValidation: uo.FieldValidation, Subresource: sub,
+		SkipManagedFields: s.untracked,
 	})
 	if err != nil {
 		return err
@@ -198,7 +219,7 @@ func (s *storeClient) patch(obj client.Object, patch client.Patch, sub string, p
 	}
 	out, err := s.c.Patch(info.GVR, obj.GetNamespace(), obj.GetName(), patch.Type(), data, PatchOptions{
 		DryRun: isDryRun(po.DryRun), FieldManager: manager, FieldValidation: po.FieldValidation,
-		Force: po.Force != nil && *po.Force, Subresource: sub,
+		Force: po.Force != nil && *po.Force, Subresource: sub, SkipManagedFields: s.untracked,
 	})
 	if err != nil {
 		return err

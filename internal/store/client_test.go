@@ -139,3 +139,35 @@ func TestControllerRuntimeClientApplyAndUnstructured(t *testing.T) {
 	err := cl.SubResource("eviction").Create(ctx, pod("default", "p", nil), &corev1.Pod{})
 	g.Expect(apierrors.IsMethodNotSupported(err)).To(BeTrue())
 }
+
+// TestClientWithoutManagedFields: the untracked client's creates, updates and patches leave
+// managedFields out, the default client records them, and server-side apply always tracks.
+func TestClientWithoutManagedFields(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	c := newTestCluster(t)
+	in := c.Client(WithoutManagedFields())
+
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "untracked"}, Data: map[string]string{"a": "1"}}
+	g.Expect(in.Create(ctx, cm)).To(Succeed())
+	g.Expect(cm.ManagedFields).To(BeEmpty())
+	base := cm.DeepCopy()
+	cm.Data["b"] = "2"
+	g.Expect(in.Patch(ctx, cm, client.MergeFrom(base))).To(Succeed())
+	cm.Data["c"] = "3"
+	g.Expect(in.Update(ctx, cm)).To(Succeed())
+	g.Expect(cm.Data).To(HaveLen(3))
+	g.Expect(cm.ManagedFields).To(BeEmpty())
+
+	tracked := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "tracked"}, Data: map[string]string{"a": "1"}}
+	g.Expect(c.Client().Create(ctx, tracked)).To(Succeed())
+	g.Expect(tracked.ManagedFields).To(HaveLen(1))
+	g.Expect(tracked.ManagedFields[0].Manager).To(Equal(defaultFieldManager))
+
+	ac := corev1ac.ConfigMap("applied", "default").WithData(map[string]string{"x": "y"})
+	g.Expect(in.Apply(ctx, ac, client.FieldOwner("applier"))).To(Succeed())
+	got := &corev1.ConfigMap{}
+	g.Expect(in.Get(ctx, client.ObjectKey{Namespace: "default", Name: "applied"}, got)).To(Succeed())
+	g.Expect(got.ManagedFields).To(HaveLen(1))
+	g.Expect(got.ManagedFields[0].Manager).To(Equal("applier"))
+}

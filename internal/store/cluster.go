@@ -72,7 +72,7 @@ func newCluster(name string, opts ClusterOptions) (*Cluster, error) {
 	defer c.mu.Unlock()
 	for _, ns := range defaultNamespaces {
 		obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
-		if _, err := c.createLocked(b, obj, false, "kube-apiserver"); err != nil {
+		if _, err := c.createLocked(b, obj, false, "kube-apiserver", false); err != nil {
 			return nil, err
 		}
 	}

@@ -25,6 +25,8 @@ type CreateOptions struct {
 	DryRun          bool
 	FieldManager    string
 	FieldValidation string
+	// SkipManagedFields: see UpdateOptions.
+	SkipManagedFields bool
 }
 
 // UpdateOptions tune Update. Subresource "status" updates only the status.
@@ -33,6 +35,13 @@ type UpdateOptions struct {
 	FieldManager    string
 	Subresource     string
 	FieldValidation string
+	// SkipManagedFields leaves managed-fields tracking out of the write when neither the stored
+	// object nor the written one carries managedFields: the object stays as one written before
+	// server-side apply existed (no entry for this write), which saves computing the field set.
+	// An object that already has managedFields (e.g. from a write over HTTP) is tracked as
+	// usual, so appliers keep their ownership and conflicts. The first server-side apply on an
+	// untracked object attributes its existing fields to "before-first-apply", as upstream does.
+	SkipManagedFields bool
 }
 
 // PatchOptions tune Patch. Force only applies to server-side apply.
@@ -42,6 +51,8 @@ type PatchOptions struct {
 	Force           bool
 	Subresource     string
 	FieldValidation string
+	// SkipManagedFields: see UpdateOptions. Server-side apply ignores it: it always tracks.
+	SkipManagedFields bool
 }
 
 // DeleteOptions tune Delete and DeleteCollection.

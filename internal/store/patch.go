@@ -42,10 +42,6 @@ func (c *Cluster) Patch(gvr schema.GroupVersionResource, namespace, name string,
 	if errs := metav1validation.ValidatePatchOptions(&po, pt); len(errs) > 0 {
 		return nil, apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: "PatchOptions"}, "", errs)
 	}
-	fm, err := fieldManagerFor(b, opts.Subresource)
-	if err != nil {
-		return nil, apierrors.NewInternalError(err)
-	}
 	strict := opts.FieldValidation == metav1.FieldValidationStrict
 
 	c.mu.Lock()
@@ -97,9 +93,7 @@ func (c *Cluster) Patch(gvr schema.GroupVersionResource, namespace, name string,
 	if err := checkIdentity(next, namespace, name, b.info.Namespaced); err != nil {
 		return nil, err
 	}
-	out, err := c.updateLocked(b, cur, next, opts.Subresource, opts.DryRun, func(live, n client.Object) (client.Object, error) {
-		return fm.UpdateNoErrors(live, n, opts.FieldManager).(client.Object), nil
-	})
+	out, err := c.updateLocked(b, cur, next, opts.Subresource, opts.DryRun, trackUpdate(b, opts.Subresource, opts.FieldManager, opts.SkipManagedFields))
 	if err != nil {
 		return nil, err
 	}

@@ -46,7 +46,7 @@ func (c *Cluster) Create(gvr schema.GroupVersionResource, namespace string, obj 
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out, err := c.createLocked(b, in, opts.DryRun, opts.FieldManager)
+	out, err := c.createLocked(b, in, opts.DryRun, opts.FieldManager, opts.SkipManagedFields)
 	if err != nil {
 		return nil, err
 	}
@@ -82,8 +82,12 @@ func invalid(b *kindBehavior, name string, errs field.ErrorList) error {
 }
 
 // createLocked records manager's fields (an Update entry, as for any create) and stores obj, a
-// private copy the store may keep. Callers hold c.mu.
-func (c *Cluster) createLocked(b *kindBehavior, obj client.Object, dryRun bool, manager string) (client.Object, error) {
+// private copy the store may keep. With untracked (see CreateOptions.SkipManagedFields) an object
+// that brings no managedFields is stored without any. Callers hold c.mu.
+func (c *Cluster) createLocked(b *kindBehavior, obj client.Object, dryRun bool, manager string, untracked bool) (client.Object, error) {
+	if untracked && len(obj.GetManagedFields()) == 0 {
+		return c.createAppliedLocked(b, obj, dryRun) // it normalizes too
+	}
 	fm, err := fieldManagerFor(b, "")
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
@@ -91,6 +95,21 @@ func (c *Cluster) createLocked(b *kindBehavior, obj client.Object, dryRun bool, 
 	normalize(obj) // defaults are applied before managed fields are computed, as on decode upstream
 	obj = fm.UpdateNoErrors(b.newObject(), obj, manager).(client.Object)
 	return c.createAppliedLocked(b, obj, dryRun)
+}
+
+// trackUpdate returns how a non-apply write by manager records managed fields (see
+// UpdateOptions.SkipManagedFields for untracked).
+func trackUpdate(b *kindBehavior, subresource, manager string, untracked bool) managedFieldsFunc {
+	return func(live, next client.Object) (client.Object, error) {
+		if untracked && len(live.GetManagedFields()) == 0 && len(next.GetManagedFields()) == 0 {
+			return next, nil
+		}
+		fm, err := fieldManagerFor(b, subresource)
+		if err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		return fm.UpdateNoErrors(live, next, manager).(client.Object), nil
+	}
 }
 
 // truncateManagedTimes rounds managedFields times to seconds, the precision they have once
@@ -250,7 +269,7 @@ func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj 
 	cur := c.getLocked(gvr.GroupResource(), objectKey(in.GetNamespace(), in.GetName()))
 	if cur == nil {
 		if b.allowCreateOnUpdate && opts.Subresource == "" && in.GetResourceVersion() == "" {
-			out, err := c.createLocked(b, in, opts.DryRun, opts.FieldManager)
+			out, err := c.createLocked(b, in, opts.DryRun, opts.FieldManager, opts.SkipManagedFields)
 			if err != nil {
 				return nil, err
 			}
@@ -258,13 +277,7 @@ func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj 
 		}
 		return nil, apierrors.NewNotFound(gvr.GroupResource(), in.GetName())
 	}
-	fm, err := fieldManagerFor(b, opts.Subresource)
-	if err != nil {
-		return nil, apierrors.NewInternalError(err)
-	}
-	out, err := c.updateLocked(b, cur, in, opts.Subresource, opts.DryRun, func(live, next client.Object) (client.Object, error) {
-		return fm.UpdateNoErrors(live, next, opts.FieldManager).(client.Object), nil
-	})
+	out, err := c.updateLocked(b, cur, in, opts.Subresource, opts.DryRun, trackUpdate(b, opts.Subresource, opts.FieldManager, opts.SkipManagedFields))
 	if err != nil {
 		return nil, err
 	}
