@@ -58,6 +58,16 @@ type fieldManagerKey struct {
 	subresource string
 }
 
+// WarmUp builds what every store shares (the scheme and the server-side apply type converter,
+// which parses client-go's embedded schema: about 20 MB allocated once) right away. Without it
+// they are built on first use, i.e. under the first cluster or write; a process that calls it at
+// start pays that before its load begins, so the spike does not add to the load's high-water
+// mark. It is safe to call more than once and from several goroutines.
+func WarmUp() {
+	shared()
+	sharedTypeConverter()
+}
+
 func sharedTypeConverter() managedfields.TypeConverter {
 	typeConverterOnce.Do(func() {
 		s := Scheme()
