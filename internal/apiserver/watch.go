@@ -3,8 +3,10 @@ package apiserver
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -86,7 +88,6 @@ func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
 	flusher.Flush()
 
 	framer := info.StreamSerializer.Framer.NewFrameWriter(rq.w)
-	var objBuf, eventBuf bytes.Buffer
 	ch := watcher.ResultChan()
 	for {
 		select {
@@ -112,25 +113,51 @@ func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
 			if _, isStatus := obj.(*metav1.Status); isStatus {
 				enc = sv.objects.EncoderForVersion(info.Serializer, gv)
 			}
-			objBuf.Reset()
-			if err := enc.Encode(obj, &objBuf); err != nil {
-				h.log.Error(err, "Cannot encode watch event object")
+			if !h.writeEvent(framer, ev.Type, obj, enc, eventEnc) {
 				return
-			}
-			eventBuf.Reset()
-			out := &metav1.WatchEvent{Type: string(ev.Type), Object: runtime.RawExtension{Raw: objBuf.Bytes()}}
-			if err := eventEnc.Encode(out, &eventBuf); err != nil {
-				h.log.Error(err, "Cannot encode watch event")
-				return
-			}
-			if _, err := framer.Write(eventBuf.Bytes()); err != nil {
-				return // client went away
 			}
 			if len(ch) == 0 {
 				flusher.Flush()
 			}
 		}
 	}
+}
+
+// watchBuffers holds the encode buffers of all watches: a watch takes two per event and gives
+// them back once the event is written, so an idle watch keeps none however large its last
+// event was. Buffers grown past maxPooledWatchBuffer are left to the garbage collector.
+var watchBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledWatchBuffer = 64 << 10
+
+func getWatchBuffer() *bytes.Buffer { return watchBuffers.Get().(*bytes.Buffer) }
+
+func putWatchBuffer(b *bytes.Buffer) {
+	if b.Cap() > maxPooledWatchBuffer {
+		return
+	}
+	b.Reset()
+	watchBuffers.Put(b)
+}
+
+// writeEvent encodes one watch event (the object with enc, wrapped in a WatchEvent with
+// eventEnc) and writes it as one frame. It reports false when the watch must end.
+func (h *handler) writeEvent(framer io.Writer, typ watch.EventType, obj runtime.Object, enc, eventEnc runtime.Encoder) bool {
+	objBuf := getWatchBuffer()
+	defer putWatchBuffer(objBuf)
+	if err := enc.Encode(obj, objBuf); err != nil {
+		h.log.Error(err, "Cannot encode watch event object")
+		return false
+	}
+	eventBuf := getWatchBuffer()
+	defer putWatchBuffer(eventBuf)
+	out := &metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: objBuf.Bytes()}}
+	if err := eventEnc.Encode(out, eventBuf); err != nil {
+		h.log.Error(err, "Cannot encode watch event")
+		return false
+	}
+	_, err := framer.Write(eventBuf.Bytes())
+	return err == nil // else the client went away
 }
 
 func (h *handler) transformWatched(rq *reqScope, obj runtime.Object, target schema.GroupVersionKind, tableOpts *metav1.TableOptions) (runtime.Object, error) {
