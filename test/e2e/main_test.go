@@ -104,9 +104,16 @@ func prepare() string {
 	return ""
 }
 
-// freeConsecutivePorts finds n consecutive free loopback ports in 30000-39999.
+// freeConsecutivePorts finds n consecutive free loopback ports in 20000-39999 outside the
+// kernel's ephemeral port range: a port that is free now but ephemeral can become the local end
+// of any outgoing connection (kube-apiserver to etcd, say), and the Goofy manager then finds no
+// free port in a range this small.
 func freeConsecutivePorts(n int) (int, error) {
-	for base := 30000 + (os.Getpid()%900)*10; base < 39990; base += n {
+	ephemeralLo, ephemeralHi := ephemeralPortRange()
+	for base := 20000 + (os.Getpid()%900)*20; base+n-1 < 40000; base += n {
+		if base+n-1 >= ephemeralLo && base <= ephemeralHi {
+			continue
+		}
 		ok := true
 		for p := base; p < base+n && ok; p++ {
 			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
@@ -120,5 +127,14 @@ func freeConsecutivePorts(n int) (int, error) {
 			return base, nil
 		}
 	}
-	return 0, fmt.Errorf("no %d consecutive free ports", n)
+	return 0, fmt.Errorf("no %d consecutive free ports outside the ephemeral range", n)
+}
+
+// ephemeralPortRange is Linux's ip_local_port_range (its default when unreadable).
+func ephemeralPortRange() (lo, hi int) {
+	lo, hi = 32768, 60999
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		_, _ = fmt.Sscanf(string(b), "%d %d", &lo, &hi)
+	}
+	return lo, hi
 }
