@@ -110,10 +110,15 @@ func prepare() string {
 // free port in a range this small.
 func freeConsecutivePorts(n int) (int, error) {
 	ephemeralLo, ephemeralHi := ephemeralPortRange()
-	for base := 20000 + (os.Getpid()%900)*20; base+n-1 < 40000; base += n {
-		if base+n-1 >= ephemeralLo && base <= ephemeralHi {
-			continue
+	var bases []int
+	for base := 20000; base+n-1 < 40000; base += n {
+		if base+n-1 < ephemeralLo || base > ephemeralHi {
+			bases = append(bases, base)
 		}
+	}
+	// Start at a place derived from the PID so that parallel runs rarely probe the same ports.
+	for i := range bases {
+		base := bases[(i+os.Getpid())%len(bases)]
 		ok := true
 		for p := base; p < base+n && ok; p++ {
 			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
