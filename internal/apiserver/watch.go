@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -24,7 +25,7 @@ import (
 const minWatchTimeout = 30 * time.Minute
 
 // serveWatch streams watch events: newline-delimited WatchEvents in JSON, length-prefixed
-// frames in protobuf, each flushed as soon as the event channel is drained.
+// frames in protobuf, each flushed as soon as it is written.
 func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
 	sv := getServing()
 	mt, info, err := negotiation.NegotiateOutputMediaType(rq.r, sv.objects, restrictions{transforms: true})
@@ -75,8 +76,8 @@ func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
 	if opts.TimeoutSeconds != nil && *opts.TimeoutSeconds > 0 {
 		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
 	}
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
+	ctx, cancel := context.WithTimeout(rq.r.Context(), timeout)
+	defer cancel()
 
 	contentType := info.MediaType
 	if contentType != runtime.ContentTypeJSON {
@@ -88,38 +89,30 @@ func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
 	flusher.Flush()
 
 	framer := info.StreamSerializer.Framer.NewFrameWriter(rq.w)
-	ch := watcher.ResultChan()
 	for {
-		select {
-		case <-rq.r.Context().Done():
-			return
-		case <-timer.C:
-			return
-		case ev, ok := <-ch:
-			if !ok {
+		// This goroutine reads the store's watcher itself: a watch costs no store goroutine.
+		ev, ok := watcher.Next(ctx.Done())
+		if !ok {
+			return // stopped, timed out, the client went away, or the watch ended in the store
+		}
+		obj := ev.Object
+		if mt.Convert != nil && ev.Type != watch.Error {
+			if obj, err = h.transformWatched(rq, obj, *mt.Convert, tableOpts); err != nil {
+				h.log.Error(err, "Cannot transform watch event")
 				return
 			}
-			obj := ev.Object
-			if mt.Convert != nil && ev.Type != watch.Error {
-				if obj, err = h.transformWatched(rq, obj, *mt.Convert, tableOpts); err != nil {
-					h.log.Error(err, "Cannot transform watch event")
-					return
-				}
-				if tableOpts != nil {
-					tableOpts.NoHeaders = true // columns only in the first event, like upstream
-				}
-			}
-			enc := objEnc
-			if _, isStatus := obj.(*metav1.Status); isStatus {
-				enc = sv.objects.EncoderForVersion(info.Serializer, gv)
-			}
-			if !h.writeEvent(framer, ev.Type, obj, enc, eventEnc) {
-				return
-			}
-			if len(ch) == 0 {
-				flusher.Flush()
+			if tableOpts != nil {
+				tableOpts.NoHeaders = true // columns only in the first event, like upstream
 			}
 		}
+		enc := objEnc
+		if _, isStatus := obj.(*metav1.Status); isStatus {
+			enc = sv.objects.EncoderForVersion(info.Serializer, gv)
+		}
+		if !h.writeEvent(framer, ev.Type, obj, enc, eventEnc) {
+			return
+		}
+		flusher.Flush()
 	}
 }
 

@@ -24,13 +24,15 @@ func heapAfterGC() uint64 {
 // BenchmarkWatchIdleMemory measures the heap an idle HTTP watch keeps after it has streamed
 // one large (~100 KB) event: 100 watches get a small event, then the large one, and the live
 // heap grown in between is reported per watch. The client side reads into a fixed buffer, so
-// what grows is the server's per-watch state (and the one stored object, shared by all).
+// what grows is the server's per-watch state (and the one stored object, shared by all). It
+// also reports the goroutines each open watch adds to the process.
 func BenchmarkWatchIdleMemory(b *testing.B) {
 	const watches = 100
 	cl := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: watches, DisableCompression: true}}
-	var perWatch float64
+	var perWatch, goroutines float64
 	for i := 0; i < b.N; i++ {
 		env := newTestEnv(b, Options{})
+		idle := runtime.NumGoroutine()
 		sc := env.cluster.Client()
 		ctx, cancel := context.WithCancel(context.Background())
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "big"}}
@@ -73,6 +75,7 @@ func BenchmarkWatchIdleMemory(b *testing.B) {
 			}
 		}
 		update(10)
+		goroutines = float64(runtime.NumGoroutine()-idle) / watches
 		before := heapAfterGC()
 		update(100 << 10)
 		after := heapAfterGC()
@@ -84,4 +87,6 @@ func BenchmarkWatchIdleMemory(b *testing.B) {
 		env.server.CloseClientConnections()
 	}
 	b.ReportMetric(perWatch, "B/watch-retained")
+	// Client side included: the reader and the transport's two connection loops are 3 of them.
+	b.ReportMetric(goroutines, "goroutines/watch")
 }

@@ -33,7 +33,7 @@ type Cluster struct {
 	hist    history
 	// deps indexes dependents by owner UID for garbage collection; nil until an object has owners.
 	deps     map[types.UID]map[objRef]struct{}
-	watchers map[*watcher]struct{} // nil while nobody watches
+	watchers map[*Watcher]struct{} // nil while nobody watches
 	// expiry fires when the oldest event outlives the history's ttl, so an idle cluster does not keep
 	// old object versions alive; nil while the history is empty (no cost when idle for long).
 	expiry *time.Timer
@@ -90,7 +90,7 @@ func (c *Cluster) close() {
 		c.expiry = nil
 	}
 	for w := range c.watchers {
-		w.Stop() // also frees watchers whose client stopped reading
+		w.stopLocked() // also ends watches whose client stopped reading
 	}
 }
 

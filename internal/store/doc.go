@@ -19,5 +19,9 @@
 //     (a past state is rebuilt by undoing newer events).
 //   - Watchers read the history at their own pace; writers only append and wake them, so a slow
 //     watcher never blocks anyone. A watcher whose next event has left the history is ended,
-//     as the real API server ends slow watchers. An idle cluster runs no goroutines.
+//     as the real API server ends slow watchers. An idle cluster runs no goroutines, and a
+//     watch read with Watcher.Next (as the HTTP handler does) runs none either: the reader's
+//     goroutine waits in Next. ResultChan starts a goroutine for watch.Interface users.
+//   - The in-process client can skip managed-fields tracking for the simulator's own writes
+//     (WithoutManagedFields); WarmUp builds the shared schemas before a load starts.
 package store

@@ -17,13 +17,17 @@ var bookmarkInterval = time.Minute
 // watchBatch bounds how many history events a watcher takes per pass.
 const watchBatch = 256
 
-// watcher delivers the cluster's events of one kind to one client.
+// Watcher delivers the cluster's events of one kind to one client.
 //
 // Writers never block on it: they only append to the cluster's bounded history and wake the
 // watcher, which reads the history at its own pace. A watcher that falls so far behind that the
-// history no longer holds its next event is ended (its channel closed), as the real API server
-// ends slow watchers; the client then resumes from its last resourceVersion or relists.
-type watcher struct {
+// history no longer holds its next event is ended, as the real API server ends slow watchers;
+// the client then resumes from its last resourceVersion or relists.
+//
+// It is read in one of two ways, not both: Next, called by the consumer's own goroutine (the
+// HTTP handler: no goroutine of the store per watch), or ResultChan, the watch.Interface way,
+// for which a goroutine feeds the channel from Next.
+type Watcher struct {
 	c       *Cluster
 	b       *kindBehavior
 	gr      schema.GroupResource
@@ -33,34 +37,67 @@ type watcher struct {
 	initial []client.Object // objects to send as synthetic ADDED events first
 	// initialEnd: send the "k8s.io/initial-events-end" bookmark after the initial events.
 	initialEnd bool
-	bookmarks  bool
-	timeout    time.Duration
+	pending    []*event // history events read but not yet handled
 
-	wakeCh   chan struct{} // capacity 1: a pending "history grew" signal
-	out      chan watch.Event
-	done     chan struct{}
-	stopOnce sync.Once
+	timer       *time.Timer  // nil: no timeoutSeconds
+	ticker      *time.Ticker // nil: no bookmarks
+	bookmarkDue bool
+	ended       bool // Next returned false
+
+	wakeCh      chan struct{} // capacity 1: a pending "history grew" signal
+	out         chan watch.Event
+	done        chan struct{}
+	stopOnce    sync.Once
+	startOnce   sync.Once
+	releaseOnce sync.Once
 }
 
-func (w *watcher) wake() {
+func (w *Watcher) wake() {
 	select {
 	case w.wakeCh <- struct{}{}:
 	default:
 	}
 }
 
-// Stop ends the watch; ResultChan is closed shortly after.
-func (w *watcher) Stop() { w.stopOnce.Do(func() { close(w.done) }) }
+// Stop ends the watch: Next returns false and ResultChan, if used, is closed shortly after.
+func (w *Watcher) Stop() {
+	w.stopLocked()
+	w.release()
+}
 
-// ResultChan delivers the events.
-func (w *watcher) ResultChan() <-chan watch.Event { return w.out }
+// stopLocked ends the watch without touching the cluster's watcher set; callers hold c.mu.
+func (w *Watcher) stopLocked() { w.stopOnce.Do(func() { close(w.done) }) }
+
+// release forgets the watcher in its cluster and stops its timers. It is idempotent.
+func (w *Watcher) release() {
+	w.releaseOnce.Do(func() {
+		w.c.mu.Lock()
+		delete(w.c.watchers, w)
+		if len(w.c.watchers) == 0 {
+			w.c.watchers = nil // an idle cluster keeps no watcher map
+		}
+		w.c.mu.Unlock()
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+		if w.ticker != nil {
+			w.ticker.Stop()
+		}
+	})
+}
+
+// ResultChan delivers the events; the first call starts the goroutine that feeds it.
+func (w *Watcher) ResultChan() <-chan watch.Event {
+	w.startOnce.Do(func() { go w.run() })
+	return w.out
+}
 
 // Watch streams changes of a kind, filtered by namespace and selectors. Without a
 // resourceVersion (or with "0") it first sends the current objects as ADDED events; with
 // sendInitialEvents=true it does so and then, if bookmarks are allowed, a BOOKMARK annotated
 // "k8s.io/initial-events-end"; with a resourceVersion it resumes after it, or answers 410 Gone
 // when the history no longer reaches back that far.
-func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts ListOptions) (watch.Interface, error) {
+func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts ListOptions) (*Watcher, error) {
 	b, err := lookup(gvr)
 	if err != nil {
 		return nil, err
@@ -81,15 +118,11 @@ func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts 
 			return nil, err
 		}
 	}
-	w := &watcher{
+	w := &Watcher{
 		c: c, b: b, gr: gvr.GroupResource(), ns: namespace, sel: sel,
-		bookmarks: opts.AllowWatchBookmarks,
-		wakeCh:    make(chan struct{}, 1),
-		out:       make(chan watch.Event),
-		done:      make(chan struct{}),
-	}
-	if opts.TimeoutSeconds != nil && *opts.TimeoutSeconds > 0 {
-		w.timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
+		wakeCh: make(chan struct{}, 1),
+		out:    make(chan watch.Event),
+		done:   make(chan struct{}),
 	}
 
 	c.mu.Lock()
@@ -121,91 +154,124 @@ func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts 
 			w.initial = append(w.initial, m[k])
 		}
 	}
+	if opts.TimeoutSeconds != nil && *opts.TimeoutSeconds > 0 {
+		w.timer = time.NewTimer(time.Duration(*opts.TimeoutSeconds) * time.Second)
+	}
+	if opts.AllowWatchBookmarks {
+		w.ticker = time.NewTicker(bookmarkInterval)
+	}
 	if c.watchers == nil {
-		c.watchers = map[*watcher]struct{}{}
+		c.watchers = map[*Watcher]struct{}{}
 	}
 	c.watchers[w] = struct{}{}
-	go w.run()
 	return w, nil
 }
 
-func (w *watcher) run() {
-	defer func() {
-		w.c.mu.Lock()
-		delete(w.c.watchers, w)
-		if len(w.c.watchers) == 0 {
-			w.c.watchers = nil // an idle cluster keeps no watcher map
+// run feeds ResultChan from Next.
+func (w *Watcher) run() {
+	defer close(w.out)
+	defer w.release()
+	for {
+		ev, ok := w.Next(nil)
+		if !ok {
+			return
 		}
-		w.c.mu.Unlock()
-		close(w.out)
-	}()
-	var timeout <-chan time.Time
-	if w.timeout > 0 {
-		t := time.NewTimer(w.timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
-	send := func(ev watch.Event) bool {
 		select {
 		case w.out <- ev:
-			return true
 		case <-w.done:
-		case <-timeout:
-		}
-		return false
-	}
-
-	for _, obj := range w.initial {
-		if w.sel.matches(w.b, obj) && !send(watch.Event{Type: watch.Added, Object: obj.DeepCopyObject()}) {
+			return
+		case <-w.timeoutC():
 			return
 		}
 	}
-	w.initial = nil
-	if w.initialEnd && !send(w.bookmark(true)) {
-		return
-	}
+}
 
-	var tick <-chan time.Time
-	if w.bookmarks {
-		t := time.NewTicker(bookmarkInterval)
-		defer t.Stop()
-		tick = t.C
+func (w *Watcher) timeoutC() <-chan time.Time {
+	if w.timer == nil {
+		return nil
 	}
-	bookmarkDue := false
+	return w.timer.C
+}
+
+// Next returns the watch's next event, waiting for one. It returns false once the watch has
+// ended: stopped, timed out, its cluster deleted, fallen behind the history, or cancel closed
+// (cancel may be nil). Only one goroutine may call it, and not alongside ResultChan.
+func (w *Watcher) Next(cancel <-chan struct{}) (watch.Event, bool) {
+	if w.ended {
+		return watch.Event{}, false
+	}
+	ev, ok := w.next(cancel)
+	if !ok {
+		w.ended = true
+		w.release()
+	}
+	return ev, ok
+}
+
+func (w *Watcher) next(cancel <-chan struct{}) (watch.Event, bool) {
+	select {
+	case <-w.done:
+		return watch.Event{}, false
+	case <-w.timeoutC():
+		return watch.Event{}, false
+	case <-cancel:
+		return watch.Event{}, false
+	default:
+	}
+	for len(w.initial) > 0 {
+		obj := w.initial[0]
+		w.initial[0], w.initial = nil, w.initial[1:]
+		if w.sel.matches(w.b, obj) {
+			return watch.Event{Type: watch.Added, Object: obj.DeepCopyObject()}, true
+		}
+	}
+	w.initial = nil
+	if w.initialEnd {
+		w.initialEnd = false
+		return w.bookmark(true), true
+	}
 	for {
+		for len(w.pending) > 0 {
+			e := w.pending[0]
+			w.pending[0], w.pending = nil, w.pending[1:]
+			w.cursor = e.rv
+			if e.gr == w.gr {
+				if ev, ok := w.convert(e); ok {
+					return ev, true
+				}
+			}
+		}
+		w.pending = nil
 		w.c.mu.RLock()
 		closed := w.c.closed
 		evs, ok := w.c.hist.since(w.gr, w.cursor, watchBatch)
 		w.c.mu.RUnlock()
 		if closed || !ok {
-			return // cluster gone, or this watcher fell behind the history: end the watch
-		}
-		for _, e := range evs {
-			if e.gr == w.gr {
-				if ev, ok := w.convert(e); ok && !send(ev) {
-					return
-				}
-			}
-			w.cursor = e.rv
+			return watch.Event{}, false // cluster gone, or this watcher fell behind the history
 		}
 		if len(evs) > 0 {
+			w.pending = evs
 			continue
 		}
 		// Caught up: every event up to the cursor was handled, so a bookmark may carry it.
-		if bookmarkDue {
-			bookmarkDue = false
-			if !send(w.bookmark(false)) {
-				return
-			}
+		if w.bookmarkDue {
+			w.bookmarkDue = false
+			return w.bookmark(false), true
+		}
+		var tick <-chan time.Time
+		if w.ticker != nil {
+			tick = w.ticker.C
 		}
 		select {
 		case <-w.wakeCh:
 		case <-tick:
-			bookmarkDue = true
+			w.bookmarkDue = true
 		case <-w.done:
-			return
-		case <-timeout:
-			return
+			return watch.Event{}, false
+		case <-w.timeoutC():
+			return watch.Event{}, false
+		case <-cancel:
+			return watch.Event{}, false
 		}
 	}
 }
@@ -213,7 +279,7 @@ func (w *watcher) run() {
 // convert turns a history event into what this watcher's client sees. An object that stops
 // matching the selectors is reported DELETED, one that starts matching ADDED, as the real
 // watch cache does.
-func (w *watcher) convert(e *event) (watch.Event, bool) {
+func (w *Watcher) convert(e *event) (watch.Event, bool) {
 	if w.ns != "" && e.obj.GetNamespace() != w.ns {
 		return watch.Event{}, false
 	}
@@ -239,7 +305,7 @@ func (w *watcher) convert(e *event) (watch.Event, bool) {
 	return watch.Event{}, false
 }
 
-func (w *watcher) bookmark(initialEnd bool) watch.Event {
+func (w *Watcher) bookmark(initialEnd bool) watch.Event {
 	obj := w.b.newObject()
 	obj.GetObjectKind().SetGroupVersionKind(w.b.info.GVK())
 	obj.SetResourceVersion(formatRV(w.cursor))
