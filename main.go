@@ -135,6 +135,9 @@ func run(ctx context.Context, o options) error {
 	restConfig.QPS, restConfig.Burst = o.kubeAPIQPS, o.kubeAPIBurst
 	restConfig.UserAgent = "goofy-manager"
 
+	// Build the workload stores' server-side-apply schema now (~19 MB allocated once), not in
+	// the middle of the first reconciles, where it would add to the memory high-water mark.
+	store.WarmUp()
 	wcl, err := mux.NewWorkloadClustersMux(store.NewManager(), o.listenerHost,
 		mux.WithPortRange(portMin, portMax), mux.WithBindAddress(o.listenerBindAddress), mux.WithLogger(ctrl.Log.WithName("mux")))
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,6 +46,9 @@ func (e errStaleObject) Unwrap() error { return e.err }
 
 // Patch sends obj's changes since newObjectPatcher. A conflict comes back as errStaleObject.
 func (p *objectPatcher) Patch(ctx context.Context, obj client.Object) error {
+	if reflect.DeepEqual(p.before, obj) {
+		return nil // most reconciles change nothing: skip marshalling both versions
+	}
 	fields, err := p.diff(obj)
 	if err != nil {
 		return err
