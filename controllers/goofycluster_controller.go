@@ -47,7 +47,7 @@ type GoofyClusterReconciler struct {
 
 // SetupWithManager registers the reconciler: GoofyClusters, and their Cluster's pause changes.
 func (r *GoofyClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
-	log := ctrl.LoggerFrom(ctx)
+	log := predicateLogger(ctrl.LoggerFrom(ctx))
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&infrav1.GoofyCluster{}, builder.WithPredicates(specOrMetadataChanged())).
 		WithOptions(options).

@@ -61,7 +61,7 @@ type GoofyMachineReconciler struct {
 // SetupWithManager registers the reconciler: GoofyMachines, their Machines, and their Cluster's
 // pause, infrastructure and control-plane transitions.
 func (r *GoofyMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
-	log := ctrl.LoggerFrom(ctx)
+	log := predicateLogger(ctrl.LoggerFrom(ctx))
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}

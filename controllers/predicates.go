@@ -3,6 +3,8 @@ package controllers
 import (
 	"reflect"
 
+	"github.com/go-logr/logr"
+
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -30,4 +32,15 @@ func metadataOrSpecDiffers(o, n client.Object) bool {
 		!reflect.DeepEqual(o.GetAnnotations(), n.GetAnnotations()) ||
 		!reflect.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences()) ||
 		!reflect.DeepEqual(o.GetFinalizers(), n.GetFinalizers())
+}
+
+// predicateLogger is the logger for CAPI's predicates. They call log.WithValues on every event
+// they see (every Machine and Cluster update) but log only at V(4) and above; with zap each
+// WithValues clones an encoder, which was 6.5% of the manager's allocations at N=100. Below that
+// verbosity they get a logger that discards, and the clones go away with the lines nobody sees.
+func predicateLogger(log logr.Logger) logr.Logger {
+	if log.V(4).Enabled() {
+		return log
+	}
+	return logr.Discard()
 }

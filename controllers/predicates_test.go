@@ -3,6 +3,8 @@ package controllers
 import (
 	"testing"
 
+	"github.com/go-logr/logr/funcr"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -42,5 +44,17 @@ func TestSpecOrMetadataChanged(t *testing.T) {
 	}
 	if !p.Create(event.CreateEvent{Object: base}) || !p.Delete(event.DeleteEvent{Object: base}) {
 		t.Error("creates and deletes must pass")
+	}
+}
+
+// TestPredicateLogger: CAPI's predicates get the manager's logger only when their V(4)+ lines
+// would be printed; otherwise a discarding logger, whose WithValues costs nothing.
+func TestPredicateLogger(t *testing.T) {
+	for verbosity, wantReal := range map[int]bool{0: false, 3: false, 4: true, 6: true} {
+		log := funcr.New(func(prefix, args string) {}, funcr.Options{Verbosity: verbosity})
+		got := predicateLogger(log)
+		if real := got.GetSink() != nil; real != wantReal {
+			t.Errorf("verbosity %d: real logger = %v, want %v", verbosity, real, wantReal)
+		}
 	}
 }

@@ -175,6 +175,7 @@ func (h *Handler) serveTunnel(w http.ResponseWriter, req *http.Request, ns, pod 
 		Subprotocols:    []string{ProtocolTunnelV1},
 		ReadBufferSize:  32 << 10,
 		WriteBufferSize: 32 << 10,
+		WriteBufferPool: webSocketWriteBuffers,
 	}
 	ws, err := upgrader.Upgrade(w, req, nil)
 	if err != nil {

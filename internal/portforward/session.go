@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -175,7 +174,7 @@ func (s *session) forward(p *streamPair) {
 	toPod := make(chan struct{})
 	go func() {
 		defer close(fromPod)
-		_, _ = io.Copy(p.data, target)
+		_, _ = forwardCopy(p.data, target)
 		// Half-close: the client sees EOF on the data stream, and an empty
 		// error stream means the forward went fine.
 		_ = p.data.Close()
@@ -183,7 +182,7 @@ func (s *session) forward(p *streamPair) {
 	}()
 	go func() {
 		defer close(toPod)
-		_, _ = io.Copy(target, p.data)
+		_, _ = forwardCopy(target, p.data)
 		closeWrite(target)
 	}()
 	for fromPod != nil || toPod != nil {

@@ -98,12 +98,12 @@ func (h *Handler) forwardChannel(ctx context.Context, ns, pod string, port int32
 	toPod := make(chan struct{})
 	go func() {
 		defer close(toPod)
-		_, _ = io.Copy(target, data) // EOF: the WebSocket closed
+		_, _ = forwardCopy(target, data) // EOF: the WebSocket closed
 		_ = target.Close()
 	}()
 	stop := context.AfterFunc(ctx, func() { _ = target.Close() })
 	defer stop()
-	_, _ = io.Copy(data, target)
+	_, _ = forwardCopy(data, target)
 	_ = target.Close()
 	_ = data.Close() // ends the copy to the pod
 	<-toPod
