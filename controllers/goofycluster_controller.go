@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -93,18 +92,7 @@ func (r *GoofyClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 
 	// One deferred patch writes the reconcile's changes (see objectPatcher); a stale read comes back
 	// as a conflict and the cluster is simply reconciled again.
-	patcher := newObjectPatcher(r.Client, gc)
-	defer func() {
-		if err := patcher.Patch(ctx, gc); err != nil {
-			var stale errStaleObject
-			if errors.As(err, &stale) && reterr == nil {
-				log.V(4).Info("GoofyCluster changed while reconciling, requeueing", "reason", err.Error())
-				res = ctrl.Result{RequeueAfter: staleRetry}
-				return
-			}
-			reterr = kerrors.NewAggregate([]error{reterr, err})
-		}
-	}()
+	defer newObjectPatcher(r.Client, gc).finish(ctx, gc, &res, &reterr)
 	if setPausedCondition(cluster, gc, "GoofyCluster") {
 		log.V(4).Info("Reconciliation is paused")
 		return ctrl.Result{}, nil

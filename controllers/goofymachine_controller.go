@@ -2,14 +2,12 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -133,18 +131,7 @@ func (r *GoofyMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request
 
 	// One deferred patch writes the reconcile's changes (see objectPatcher); a stale read comes back
 	// as a conflict and the machine is simply reconciled again.
-	patcher := newObjectPatcher(r.Client, gm)
-	defer func() {
-		if err := patcher.Patch(ctx, gm); err != nil {
-			var stale errStaleObject
-			if errors.As(err, &stale) && reterr == nil {
-				log.V(4).Info("GoofyMachine changed while reconciling, requeueing", "reason", err.Error())
-				res = ctrl.Result{RequeueAfter: staleRetry}
-				return
-			}
-			reterr = kerrors.NewAggregate([]error{reterr, err})
-		}
-	}()
+	defer newObjectPatcher(r.Client, gm).finish(ctx, gm, &res, &reterr)
 	if setPausedCondition(cluster, gm, "GoofyMachine") {
 		log.V(4).Info("Reconciliation is paused")
 		return ctrl.Result{}, nil

@@ -3,16 +3,19 @@ package controllers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -43,6 +46,22 @@ type errStaleObject struct{ err error }
 
 func (e errStaleObject) Error() string { return e.err.Error() }
 func (e errStaleObject) Unwrap() error { return e.err }
+
+// finish is the deferred end of a reconcile: it writes obj's changes; a stale read turns into a
+// short requeue, any other error joins the reconcile's.
+func (p *objectPatcher) finish(ctx context.Context, obj client.Object, res *ctrl.Result, reterr *error) {
+	err := p.Patch(ctx, obj)
+	if err == nil {
+		return
+	}
+	var stale errStaleObject
+	if errors.As(err, &stale) && *reterr == nil {
+		ctrl.LoggerFrom(ctx).V(4).Info("Object changed while reconciling, requeueing", "reason", err.Error())
+		*res = ctrl.Result{RequeueAfter: staleRetry}
+		return
+	}
+	*reterr = kerrors.NewAggregate([]error{*reterr, err})
+}
 
 // Patch sends obj's changes since newObjectPatcher. A conflict comes back as errStaleObject.
 func (p *objectPatcher) Patch(ctx context.Context, obj client.Object) error {
