@@ -35,10 +35,6 @@ const NodeNotReadyAnnotation = "goofy.infrastructure.cluster.x-k8s.io/node-not-r
 // reconciler re-creates after a restart.
 const waitForListener = time.Second
 
-// staleRetry is how soon an object is reconciled again after its patch found it changed (a stale
-// cache read, or a concurrent write by CAPI); by then the cache has the newer version.
-const staleRetry = 250 * time.Millisecond
-
 // GoofyMachineReconciler simulates the provisioning of a machine in phases: VM, Node and, for
 // control-plane machines, etcd member and API server.
 type GoofyMachineReconciler struct {

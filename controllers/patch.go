@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,6 +42,10 @@ type objectPatcher struct {
 func newObjectPatcher(c client.Client, obj client.Object) *objectPatcher {
 	return &objectPatcher{client: c, before: obj.DeepCopyObject().(client.Object)}
 }
+
+// staleRetry is how soon an object is reconciled again after its patch found it changed (a stale
+// cache read, or a concurrent write by CAPI); by then the cache has the newer version.
+const staleRetry = 250 * time.Millisecond
 
 // errStaleObject reports that the object changed since the reconcile read it; the caller requeues.
 type errStaleObject struct{ err error }
@@ -172,11 +178,7 @@ func setPausedCondition(cluster *clusterv1.Cluster, obj pausable, kind string) b
 		why = append(why, kind+" has the "+clusterv1.PausedAnnotation+" annotation")
 	}
 	if len(why) > 0 {
-		c.Status, c.Reason = metav1.ConditionTrue, clusterv1.PausedReason
-		c.Message = why[0]
-		if len(why) > 1 {
-			c.Message += ", " + why[1]
-		}
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, clusterv1.PausedReason, strings.Join(why, ", ")
 	}
 	conditions.Set(obj, c)
 	return c.Status == metav1.ConditionTrue
