@@ -47,8 +47,10 @@ import (
 const (
 	// kubernetesVersion is the version of the simulated machines.
 	kubernetesVersion = "v1.36.3"
-	// Listener ports of this package's tests, apart from the other packages' ranges.
-	testPortMin, testPortMax = 43000, 43999
+	// Listener ports of this package's tests: apart from the other packages' ranges (packages
+	// run in parallel), below the kernel's ephemeral range (an outgoing connection can take an
+	// ephemeral port between two tests) and below the e2e suite's 20000-32767.
+	testPortMin, testPortMax = 15000, 15999
 )
 
 var (

@@ -69,7 +69,7 @@ func benchMuxScale(b *testing.B, clusters, cps, workers int, loadFor time.Durati
 	defer klog.LogToStderr(true)
 	runtime.GC()
 	rssBefore := benchRSS()
-	m, err := NewWorkloadClustersMux(store.NewManager(), "127.0.0.1", WithPortRange(50000, 50000+clusters+99))
+	m, err := NewWorkloadClustersMux(store.NewManager(), "127.0.0.1", WithPortRange(4000, 4000+clusters+99))
 	if err != nil {
 		b.Fatal(err)
 	}

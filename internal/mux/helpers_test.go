@@ -63,9 +63,13 @@ func capiRESTConfig(t testing.TB, name string, l *WorkloadClusterListener, cc cl
 	return rc
 }
 
+// Listener ports of this package: tests 11000-14999, benchmarks 3900-9999. They stay apart from
+// the controllers tests (15000-15999) and the e2e suite (20000-32767), which run in parallel, and
+// below the kernel's ephemeral range, where an outgoing connection can take a port between two tests.
+
 func newTestMux(t testing.TB, opts ...Option) *WorkloadClustersMux {
 	t.Helper()
-	m, err := NewWorkloadClustersMux(store.NewManager(), "127.0.0.1", append([]Option{WithPortRange(41000, 41999)}, opts...)...)
+	m, err := NewWorkloadClustersMux(store.NewManager(), "127.0.0.1", append([]Option{WithPortRange(11000, 11999)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

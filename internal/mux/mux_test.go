@@ -139,14 +139,14 @@ func TestIsolationBetweenClusters(t *testing.T) {
 
 func TestPortsAreReusedAndExhaustionIsAnError(t *testing.T) {
 	g := NewWithT(t)
-	m := newTestMux(t, WithPortRange(41500, 41502))
+	m := newTestMux(t, WithPortRange(12000, 12002))
 	var ports []int
 	for i := 0; i < 3; i++ {
 		l, err := m.InitWorkloadClusterListener(fmt.Sprintf("ns/c%d", i))
 		g.Expect(err).NotTo(HaveOccurred())
 		ports = append(ports, l.Port())
 	}
-	g.Expect(ports).To(ConsistOf(41500, 41501, 41502))
+	g.Expect(ports).To(ConsistOf(12000, 12001, 12002))
 	_, err := m.InitWorkloadClusterListener("ns/c3")
 	g.Expect(errors.Is(err, ErrPortRangeExhausted)).To(BeTrue(), "got %v", err)
 
@@ -173,7 +173,7 @@ func TestPortsAreReusedAndExhaustionIsAnError(t *testing.T) {
 func TestHotRestartKeepsPorts(t *testing.T) {
 	g := NewWithT(t)
 	mgr := store.NewManager()
-	m1, err := NewWorkloadClustersMux(mgr, "127.0.0.1", WithPortRange(41600, 41699))
+	m1, err := NewWorkloadClustersMux(mgr, "127.0.0.1", WithPortRange(12100, 12199))
 	g.Expect(err).NotTo(HaveOccurred())
 	cc := newClusterCerts(t)
 	l1, _ := m1.InitWorkloadClusterListener("ns/keep")
@@ -182,14 +182,14 @@ func TestHotRestartKeepsPorts(t *testing.T) {
 	g.Expect(m1.Shutdown(context.Background())).To(Succeed())
 
 	// Something else grabbed the port of another cluster; a third cluster duplicates keep's port.
-	busy, err := net.Listen("tcp", "127.0.0.1:41650")
+	busy, err := net.Listen("tcp", "127.0.0.1:12150")
 	g.Expect(err).NotTo(HaveOccurred())
 	defer busy.Close()
 
-	m2 := newTestMux(t, WithPortRange(41600, 41699))
+	m2 := newTestMux(t, WithPortRange(12100, 12199))
 	list := &infrav1.GoofyClusterList{Items: []infrav1.GoofyCluster{
 		goofyCluster("ns", "keep", port),
-		goofyCluster("ns", "taken", 41650),
+		goofyCluster("ns", "taken", 12150),
 		goofyCluster("ns", "dup", port),
 		goofyCluster("ns", "fresh", 0), // no endpoint yet: left to the reconciler
 	}}
@@ -216,7 +216,7 @@ func TestManyListenersServe(t *testing.T) {
 		t.Skip("starts 1,000 listeners")
 	}
 	g := NewWithT(t)
-	m := newTestMux(t, WithPortRange(42000, 43999))
+	m := newTestMux(t, WithPortRange(13000, 14999))
 	cc := newClusterCerts(t)
 	const n = 1000
 	listeners := make([]*WorkloadClusterListener, n)
@@ -246,7 +246,7 @@ func TestManyListenersServe(t *testing.T) {
 func TestShutdownLeaksNoGoroutine(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	g := NewWithT(t)
-	m, err := NewWorkloadClustersMux(store.NewManager(), "127.0.0.1", WithPortRange(41700, 41799))
+	m, err := NewWorkloadClustersMux(store.NewManager(), "127.0.0.1", WithPortRange(12200, 12299))
 	g.Expect(err).NotTo(HaveOccurred())
 	cc := newClusterCerts(t)
 	l, _ := m.InitWorkloadClusterListener("ns/leak")
