@@ -47,6 +47,9 @@ func (p *Process) Start() error {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Own process group: teardown signals the group, and Ctrl-C in a terminal reaches only us.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A harness killed without teardown (go test's timeout, SIGKILL) must not leave the plane
+	// running: on Linux the kernel kills the child when its parent dies.
+	killWithParent(cmd.SysProcAttr)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("starting %s: %w", p.Name, err)

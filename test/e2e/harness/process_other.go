@@ -1,0 +1,9 @@
+//go:build !linux
+
+package harness
+
+import "syscall"
+
+// killWithParent has no portable equivalent outside Linux: there, a harness killed without
+// teardown leaves its children running, and their process groups must be stopped by hand.
+func killWithParent(*syscall.SysProcAttr) {}
