@@ -191,6 +191,17 @@ func run(ctx context.Context, o options) error {
 	if err := mgr.Add(restarter); err != nil {
 		return err
 	}
+	// Without leader election this replica leads from the start; mgr.Elected() would close only
+	// after the caches sync, leaving a window in which /readyz passes before the restore began.
+	elected := mgr.Elected()
+	if !o.leaderElect {
+		alwaysLeader := make(chan struct{})
+		close(alwaysLeader)
+		elected = alwaysLeader
+	}
+	if err := mgr.AddReadyzCheck("workload-listeners", restarter.ReadyzCheck(elected)); err != nil {
+		return err
+	}
 	// Stop the listeners gracefully when the manager stops.
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		<-ctx.Done()

@@ -2,10 +2,13 @@ package controllers
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"sync"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
@@ -57,5 +60,28 @@ func (h *HotRestarter) Wait(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// errRestoring is the readiness failure while the leader re-opens the listeners.
+var errRestoring = errors.New("restoring workload cluster listeners")
+
+// ReadyzCheck reports the leader not ready until Start has restored the listeners, so that
+// nothing trusts workload endpoints that are not served yet. elected is the manager's Elected()
+// channel: a standby replica, which never runs Start, stays ready.
+func (h *HotRestarter) ReadyzCheck(elected <-chan struct{}) healthz.Checker {
+	h.init()
+	return func(*http.Request) error {
+		select {
+		case <-elected:
+		default:
+			return nil
+		}
+		select {
+		case <-h.done:
+			return nil
+		default:
+			return errRestoring
+		}
 	}
 }

@@ -116,6 +116,13 @@ func TestRestart(t *testing.T) {
 		clusterR: &GoofyClusterReconciler{Client: k8sClient, Mux: m, Restarter: restarter},
 		machineR: &GoofyMachineReconciler{Client: k8sClient, Mux: m, Restarter: restarter, Clock: h.clock}}
 
+	// Readiness: a standby is ready; the leader is not until the listeners are back.
+	elected := make(chan struct{})
+	ready := restarter.ReadyzCheck(elected)
+	g.Expect(ready(nil)).To(Succeed())
+	close(elected)
+	g.Expect(ready(nil)).To(MatchError(ContainSubstring("restoring workload cluster listeners")))
+
 	// Reconciles wait for the restart.
 	waitCtx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	_, err = h2.clusterR.Reconcile(waitCtx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(f.gc)})
@@ -123,6 +130,7 @@ func TestRestart(t *testing.T) {
 	g.Expect(err).To(MatchError(context.DeadlineExceeded))
 
 	g.Expect(restarter.Start(ctx)).To(Succeed())
+	g.Expect(ready(nil)).To(Succeed())
 	l2, ok := m.Listener(key)
 	g.Expect(ok).To(BeTrue())
 	g.Expect(l2.Port()).To(Equal(port))
