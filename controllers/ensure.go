@@ -255,7 +255,8 @@ func (r *GoofyMachineReconciler) teardown(ctx context.Context, s *machineScope, 
 	}
 	for _, component := range []string{workload.KubeScheduler, workload.KubeControllerManager, workload.KubeAPIServer, workload.Etcd} {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: workload.StaticPodName(component, s.nodeName())}}
-		if err := client.IgnoreNotFound(c.Delete(ctx, pod)); err != nil {
+		// Kubelet removes a mirror pod at once: there are no containers to wait for.
+		if err := client.IgnoreNotFound(c.Delete(ctx, pod, client.GracePeriodSeconds(0))); err != nil {
 			return err
 		}
 	}

@@ -219,8 +219,9 @@ func TestKCPReportsHealthyControlPlane(t *testing.T) {
 	g.Expect(cc.Etcd.Local.ExtraArgs).To(ContainElement(HaveField("Name", "quota-backend-bytes")))
 	g.Expect(cc.DNS.ImageTag).To(Equal("v1.14.3"))
 
-	// Without its scheduler pod, a machine is reported unhealthy.
-	g.Expect(cs.CoreV1().Pods(metav1.NamespaceSystem).Delete(ctx, "kube-scheduler-kcp-cp-2", metav1.DeleteOptions{})).To(Succeed())
+	// Without its scheduler pod (force-deleted: a graceful delete keeps it Terminating for a
+	// moment), a machine is reported unhealthy.
+	g.Expect(cs.CoreV1().Pods(metav1.NamespaceSystem).Delete(ctx, "kube-scheduler-kcp-cp-2", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})).To(Succeed())
 	cp, w = newControlPlane()
 	w.UpdateStaticPodConditions(ctx, cp)
 	g.Expect(conditions.IsFalse(cp.Machines["kcp-cp-2"], controlplanev1.KubeadmControlPlaneMachineSchedulerPodHealthyCondition)).To(BeTrue())

@@ -379,8 +379,16 @@ func TestScaleLogsEviction(t *testing.T) {
 	_, err = cs.PolicyV1().PodDisruptionBudgets("default").UpdateStatus(c, pdb, metav1.UpdateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(cs.CoreV1().Pods("default").EvictV1(c, eviction)).To(Succeed())
-	_, err = cs.CoreV1().Pods("default").Get(c, "p1", metav1.GetOptions{})
-	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%v", err)
+	// The pod runs on a node, so it terminates gracefully: Terminating first, gone once the
+	// simulated kubelet has stopped it.
+	evicted, err := cs.CoreV1().Pods("default").Get(c, "p1", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(evicted.DeletionTimestamp).NotTo(BeNil())
+	g.Expect(evicted.DeletionGracePeriodSeconds).To(HaveValue(BeEquivalentTo(corev1.DefaultTerminationGracePeriodSeconds)))
+	g.Eventually(func() error {
+		_, err := cs.CoreV1().Pods("default").Get(c, "p1", metav1.GetOptions{})
+		return err
+	}, 10*time.Second, 100*time.Millisecond).Should(Satisfy(apierrors.IsNotFound))
 	pdb, err = cs.PolicyV1().PodDisruptionBudgets("default").Get(c, "web", metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(pdb.Status.DisruptionsAllowed).To(BeEquivalentTo(0))

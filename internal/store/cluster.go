@@ -39,6 +39,8 @@ type Cluster struct {
 	expiry *time.Timer
 	closed bool
 	enc    encodedCache // encodings of recently read objects (see GetEncoded)
+	// podStopDelay: see ClusterOptions.PodStopDelay.
+	podStopDelay time.Duration
 }
 
 // objRef locates a stored object.
@@ -66,6 +68,11 @@ func newCluster(name string, opts ClusterOptions) (*Cluster, error) {
 		version: opts.KubernetesVersion,
 		objects: map[schema.GroupResource]map[string]client.Object{},
 		hist:    history{limit: limit, ttl: ttl},
+
+		podStopDelay: opts.PodStopDelay,
+	}
+	if c.podStopDelay <= 0 {
+		c.podStopDelay = DefaultPodStopDelay
 	}
 	b, _ := behaviorFor(namespacesGVR)
 	c.mu.Lock()

@@ -18,7 +18,13 @@ type ClusterOptions struct {
 	EventHistory int
 	// EventHistoryTTL drops events older than this; 0 means DefaultEventHistoryTTL.
 	EventHistoryTTL time.Duration
+	// PodStopDelay is how long the simulated kubelet takes to stop a gracefully deleted pod's
+	// containers (never longer than the pod's grace period); 0 means DefaultPodStopDelay.
+	PodStopDelay time.Duration
 }
+
+// DefaultPodStopDelay: containers that exit promptly on SIGTERM, as most do.
+const DefaultPodStopDelay = time.Second
 
 // DefaultEventHistory is the per-cluster number of retained events when ClusterOptions leaves it 0.
 const DefaultEventHistory = 4096

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -362,8 +363,9 @@ func (c *Cluster) updateLocked(b *kindBehavior, cur, next client.Object, sub str
 	if dryRun {
 		return next, nil
 	}
-	if next.GetDeletionTimestamp() != nil && len(next.GetFinalizers()) == 0 {
-		// The last finalizer of a deleting object is gone: it is removed now.
+	if next.GetDeletionTimestamp() != nil && len(next.GetFinalizers()) == 0 && ptr.Deref(next.GetDeletionGracePeriodSeconds(), 0) == 0 {
+		// The last finalizer of a deleting object is gone: it is removed now (a terminating pod
+		// still waits for its kubelet).
 		return c.removeLocked(b, cur, next), nil
 	}
 	c.putLocked(gr, next, cur)
@@ -372,7 +374,7 @@ func (c *Cluster) updateLocked(b *kindBehavior, cur, next client.Object, sub str
 }
 
 // Delete deletes an object: it is removed at once unless finalizers hold it, in which case it gets
-// a deletionTimestamp. Dependents are garbage collected per the propagation policy.
+// a deletionTimestamp, or it is a pod on a node, which terminates gracefully (see graceful.go). Dependents are garbage collected per the propagation policy.
 func (c *Cluster) Delete(gvr schema.GroupVersionResource, namespace, name string, opts DeleteOptions) (runtime.Object, error) {
 	b, err := lookup(gvr)
 	if err != nil {
@@ -409,9 +411,13 @@ func (c *Cluster) deleteChecked(b *kindBehavior, cur client.Object, opts DeleteO
 	}
 	if opts.DryRun {
 		out := cur.DeepCopyObject().(client.Object)
-		if len(out.GetFinalizers()) > 0 && out.GetDeletionTimestamp() == nil {
-			t := now()
-			out.SetDeletionTimestamp(&t)
+		if out.GetDeletionTimestamp() == nil {
+			if period, ok := gracePeriod(b, cur, opts.GracePeriodSeconds); ok && period > 0 {
+				markGraceful(out, period)
+			} else if len(out.GetFinalizers()) > 0 {
+				t := now()
+				out.SetDeletionTimestamp(&t)
+			}
 		}
 		return out, nil
 	}
@@ -425,13 +431,16 @@ func (c *Cluster) deleteChecked(b *kindBehavior, cur client.Object, opts DeleteO
 				[]string{string(metav1.DeletePropagationForeground), string(metav1.DeletePropagationBackground), string(metav1.DeletePropagationOrphan)})})
 		}
 	}
-	return c.deleteLocked(b, cur, policy), nil
+	return c.deleteLocked(b, cur, policy, opts.GracePeriodSeconds), nil
 }
 
 // deleteLocked starts or completes the deletion of cur and returns its resulting state.
-func (c *Cluster) deleteLocked(b *kindBehavior, cur client.Object, policy metav1.DeletionPropagation) client.Object {
+// requestedGrace is the caller's gracePeriodSeconds (nil: the kind's default).
+func (c *Cluster) deleteLocked(b *kindBehavior, cur client.Object, policy metav1.DeletionPropagation, requestedGrace *int64) client.Object {
 	if cur.GetDeletionTimestamp() != nil {
-		return cur // already being deleted: finalizers decide when it goes
+		// Already being deleted: finalizers decide when it goes, and a pod's grace period may
+		// only get shorter.
+		return c.shortenGracePeriodLocked(b, cur, requestedGrace)
 	}
 	if b.info.GVR == namespacesGVR {
 		return c.deleteNamespaceLocked(b, cur)
@@ -448,7 +457,7 @@ func (c *Cluster) deleteLocked(b *kindBehavior, cur client.Object, policy metav1
 			for ref := range c.deps[cur.GetUID()] {
 				if dep := c.getLocked(ref.gr, ref.key); dep != nil {
 					db, _ := behaviorForGR(ref.gr)
-					c.deleteLocked(db, dep, metav1.DeletePropagationForeground)
+					c.deleteLocked(db, dep, metav1.DeletePropagationForeground, nil)
 				}
 			}
 			c.finishForeground(b, next.GetNamespace(), next.GetName())
@@ -457,6 +466,14 @@ func (c *Cluster) deleteLocked(b *kindBehavior, cur client.Object, policy metav1
 			}
 			return next
 		}
+	}
+	if period, ok := gracePeriod(b, cur, requestedGrace); ok && period > 0 {
+		// A pod on a node stays, terminating, until its kubelet has stopped it.
+		next := cur.DeepCopyObject().(client.Object)
+		markGraceful(next, period)
+		c.putLocked(b.info.GVR.GroupResource(), next, cur)
+		c.scheduleKubeletStop(next, period)
+		return next
 	}
 	if len(cur.GetFinalizers()) > 0 {
 		next := markDeleting(cur)
@@ -558,7 +575,7 @@ func (c *Cluster) collectDependents(owner client.Object) {
 			c.dropOwnerRef(db, dep, owner.GetUID())
 			continue
 		}
-		c.deleteLocked(db, dep, metav1.DeletePropagationBackground)
+		c.deleteLocked(db, dep, metav1.DeletePropagationBackground, nil)
 	}
 }
 
@@ -662,7 +679,7 @@ func (c *Cluster) deleteNamespaceLocked(b *kindBehavior, cur client.Object) clie
 		}
 		for _, key := range namespacedKeys(m, next.Name) {
 			if obj := c.getLocked(gr, key); obj != nil {
-				c.deleteLocked(db, obj, metav1.DeletePropagationBackground)
+				c.deleteLocked(db, obj, metav1.DeletePropagationBackground, nil)
 			}
 		}
 	}

@@ -1,0 +1,117 @@
+package store
+
+import (
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Graceful deletion of pods, as the real API server and kubelet do it: deleting a pod that runs
+// on a node sets deletionTimestamp to now + the grace period and deletionGracePeriodSeconds, and
+// the pod stays (Terminating) until its kubelet has stopped the containers and deletes it with a
+// grace period of 0. The simulated kubelet answers after ClusterOptions.PodStopDelay, or after
+// the grace period when that is shorter. Other kinds have no graceful deletion.
+
+var podsGR = corev1.SchemeGroupVersion.WithResource("pods").GroupResource()
+
+// gracePeriod is the grace period a delete of cur gets, and whether the kind deletes gracefully
+// at all. It follows the pod strategy upstream: the request's gracePeriodSeconds, else the pod's
+// terminationGracePeriodSeconds; 0 for pods not on a node or already finished; 1 for negatives.
+func gracePeriod(b *kindBehavior, cur client.Object, requested *int64) (int64, bool) {
+	if b.info.GVR.GroupResource() != podsGR {
+		return 0, false
+	}
+	pod, ok := cur.(*corev1.Pod)
+	if !ok {
+		return 0, false
+	}
+	var period int64
+	switch {
+	case requested != nil:
+		period = *requested
+	case pod.Spec.TerminationGracePeriodSeconds != nil:
+		period = *pod.Spec.TerminationGracePeriodSeconds
+	}
+	if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		period = 0
+	}
+	if period < 0 {
+		period = 1
+	}
+	return period, true
+}
+
+// markGraceful sets the deletion fields of a graceful delete on obj (a private copy).
+func markGraceful(obj client.Object, period int64) {
+	t := metav1.NewTime(time.Now().Add(time.Duration(period) * time.Second).Truncate(time.Second))
+	obj.SetDeletionTimestamp(&t)
+	obj.SetDeletionGracePeriodSeconds(&period)
+	if obj.GetGeneration() > 0 {
+		obj.SetGeneration(obj.GetGeneration() + 1)
+	}
+}
+
+// shortenGracePeriodLocked handles a delete of an object that is already being deleted. For a
+// terminating pod a shorter grace period moves deletionTimestamp earlier, and 0 (kubectl delete
+// --force --grace-period=0) removes it unless finalizers hold it. Anything else is unchanged.
+func (c *Cluster) shortenGracePeriodLocked(b *kindBehavior, cur client.Object, requested *int64) client.Object {
+	if _, ok := gracePeriod(b, cur, requested); !ok {
+		return cur
+	}
+	current := cur.GetDeletionGracePeriodSeconds()
+	if current != nil && *current > 0 {
+		if requested == nil {
+			return cur // graceful deletion pending
+		}
+		period := max(*requested, 0)
+		if period >= *current {
+			return cur
+		}
+		next := cur.DeepCopyObject().(client.Object)
+		t := metav1.NewTime(cur.GetDeletionTimestamp().Add(time.Duration(period-*current) * time.Second))
+		next.SetDeletionTimestamp(&t)
+		next.SetDeletionGracePeriodSeconds(&period)
+		if period > 0 || len(next.GetFinalizers()) > 0 {
+			c.putLocked(podsGR, next, cur)
+			return next
+		}
+		return c.removeLocked(b, cur, next)
+	}
+	// Grace period already 0: only finalizers keep the pod.
+	if len(cur.GetFinalizers()) > 0 {
+		return cur
+	}
+	return c.removeLocked(b, cur, cur.DeepCopyObject().(client.Object))
+}
+
+// scheduleKubeletStop makes the simulated kubelet confirm that pod has stopped, after the stop
+// delay or its grace period, whichever is shorter.
+func (c *Cluster) scheduleKubeletStop(pod client.Object, period int64) {
+	delay := min(c.podStopDelay, time.Duration(period)*time.Second)
+	key, uid := objectKey(pod.GetNamespace(), pod.GetName()), pod.GetUID()
+	time.AfterFunc(delay, func() { c.kubeletStopped(key, uid) })
+}
+
+// kubeletStopped deletes the pod with a grace period of 0, as kubelet does once the containers
+// are gone: it is removed, or kept with deletionGracePeriodSeconds 0 while finalizers remain. A
+// pod that was removed or replaced (another UID) in the meantime is left alone.
+func (c *Cluster) kubeletStopped(key string, uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	cur := c.getLocked(podsGR, key)
+	if cur == nil || cur.GetUID() != uid || cur.GetDeletionTimestamp() == nil {
+		return
+	}
+	b, ok := behaviorForGR(podsGR)
+	if !ok {
+		return
+	}
+	zero := int64(0)
+	c.shortenGracePeriodLocked(b, cur, &zero)
+}
