@@ -15,6 +15,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -319,4 +320,55 @@ func TestKubectlDrain(t *testing.T) {
 
 	out, _ = k.run("", "delete", "node", "worker-0")
 	g.Expect(out).To(ContainSubstring(`node "worker-0" deleted`))
+}
+
+// runFailing executes kubectl expecting a non-zero exit and returns stdout and stderr.
+func (k *kubectl) runFailing(args ...string) (string, string) {
+	k.t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := k.cmd(c, "", args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err == nil {
+		k.t.Fatalf("kubectl %s succeeded, want a failure\nstdout:\n%s", strings.Join(args, " "), out.String())
+	}
+	return out.String(), errOut.String()
+}
+
+// TestKubectlPodDeletion: deleting a pod on a node is graceful (Terminating, then gone), a forced
+// delete is immediate, and exec says plainly that nothing runs behind the pod.
+func TestKubectlPodDeletion(t *testing.T) {
+	g := NewWithT(t)
+	env := newTestEnv(t, Options{})
+	k := newKubectl(t, env)
+	cs := env.clientset(t)
+	c := ctx(t)
+	createNode(t, env, readyNode("worker-0"))
+	for _, name := range []string{"graceful", "forced"} {
+		_, err := cs.CoreV1().Pods("default").Create(c, testPod("default", name, "worker-0", nil), metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+
+	_, errOut := k.runFailing("exec", "graceful", "--", "ls")
+	g.Expect(errOut).To(ContainSubstring("exec is not available in a simulated workload cluster"))
+	_, errOut = k.runFailing("exec", "missing", "--", "ls")
+	g.Expect(errOut).To(ContainSubstring(`pods "missing" not found`))
+
+	out, _ := k.run("", "delete", "pod", "graceful", "--wait=false")
+	g.Expect(out).To(ContainSubstring(`pod "graceful" deleted`))
+	p, err := cs.CoreV1().Pods("default").Get(c, "graceful", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred(), "a pod on a node terminates gracefully")
+	g.Expect(p.DeletionGracePeriodSeconds).To(HaveValue(BeEquivalentTo(30)))
+	out, _ = k.run("", "get", "pod", "graceful")
+	g.Expect(out).To(ContainSubstring("Terminating"))
+	// kubectl delete waits until the simulated kubelet has confirmed.
+	out, _ = k.run("", "delete", "pod", "graceful", "--ignore-not-found")
+	_, err = cs.CoreV1().Pods("default").Get(c, "graceful", metav1.GetOptions{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "kubectl delete returned %q before the pod was gone: %v", out, err)
+
+	_, errOut = k.run("", "delete", "pod", "forced", "--grace-period=0", "--force")
+	g.Expect(errOut).To(ContainSubstring("Immediate deletion does not wait for confirmation"))
+	_, err = cs.CoreV1().Pods("default").Get(c, "forced", metav1.GetOptions{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%v", err)
 }

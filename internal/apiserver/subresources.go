@@ -28,7 +28,24 @@ import (
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
 
+// kubeletSubresources are served by a kubelet (or a proxy to a running process) upstream; a
+// simulated cluster runs no containers, so they get a clear 400 instead of a bare 404.
+var kubeletSubresources = map[string]map[string]bool{
+	"pods":     {"exec": true, "attach": true, "proxy": true},
+	"nodes":    {"proxy": true},
+	"services": {"proxy": true},
+}
+
 func (h *handler) serveSubresource(rq *reqScope) {
+	if rq.gvr.Group == "" && kubeletSubresources[rq.gvr.Resource][rq.sub] && rq.name != "" {
+		if _, err := h.c.Get(rq.gvr, rq.ns, rq.name); err != nil {
+			h.writeError(rq.w, rq.r, err)
+			return
+		}
+		h.writeError(rq.w, rq.r, badRequestf("%s %q: %s is not available in a simulated workload cluster: no containers or processes run behind it",
+			rq.gvr.Resource, rq.name, rq.sub))
+		return
+	}
 	if !rq.ri.HasSubresource(rq.sub) || rq.name == "" {
 		h.writeError(rq.w, rq.r, notFound())
 		return
