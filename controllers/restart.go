@@ -66,8 +66,8 @@ func (h *HotRestarter) Wait(ctx context.Context) error {
 // errRestoring is the readiness failure while the leader re-opens the listeners.
 var errRestoring = errors.New("restoring workload cluster listeners")
 
-// ReadyzCheck reports the leader not ready until Start has restored the listeners, so that
-// nothing trusts workload endpoints that are not served yet. elected is the manager's Elected()
+// ReadyzCheck reports the leader not ready until Start has re-reserved the recorded ports (the
+// listeners serve once their machines re-add API servers, which the reconcilers do next). elected is the manager's Elected()
 // channel: a standby replica, which never runs Start, stays ready.
 func (h *HotRestarter) ReadyzCheck(elected <-chan struct{}) healthz.Checker {
 	h.init()

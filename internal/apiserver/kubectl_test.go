@@ -70,13 +70,24 @@ func (k *kubectl) cmd(c context.Context, stdin string, args ...string) *exec.Cmd
 // run executes kubectl and fails the test on a non-zero exit; it returns stdout and stderr.
 func (k *kubectl) run(stdin string, args ...string) (string, string) {
 	k.t.Helper()
+	return k.runExpecting(true, stdin, args...)
+}
+
+// runFailing executes kubectl expecting a non-zero exit and returns stdout and stderr.
+func (k *kubectl) runFailing(args ...string) (string, string) {
+	k.t.Helper()
+	return k.runExpecting(false, "", args...)
+}
+
+func (k *kubectl) runExpecting(success bool, stdin string, args ...string) (string, string) {
+	k.t.Helper()
 	c, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := k.cmd(c, stdin, args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		k.t.Fatalf("kubectl %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, out.String(), errOut.String())
+	if err := cmd.Run(); (err == nil) != success {
+		k.t.Fatalf("kubectl %s: exit error %v, want success=%t\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, success, out.String(), errOut.String())
 	}
 	return out.String(), errOut.String()
 }
@@ -320,20 +331,6 @@ func TestKubectlDrain(t *testing.T) {
 
 	out, _ = k.run("", "delete", "node", "worker-0")
 	g.Expect(out).To(ContainSubstring(`node "worker-0" deleted`))
-}
-
-// runFailing executes kubectl expecting a non-zero exit and returns stdout and stderr.
-func (k *kubectl) runFailing(args ...string) (string, string) {
-	k.t.Helper()
-	c, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := k.cmd(c, "", args...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err == nil {
-		k.t.Fatalf("kubectl %s succeeded, want a failure\nstdout:\n%s", strings.Join(args, " "), out.String())
-	}
-	return out.String(), errOut.String()
 }
 
 // TestKubectlPodDeletion: deleting a pod on a node is graceful (Terminating, then gone), a forced
