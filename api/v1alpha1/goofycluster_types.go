@@ -193,5 +193,5 @@ type GoofyClusterList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&GoofyCluster{}, &GoofyClusterList{})
+	objectTypes = append(objectTypes, &GoofyCluster{}, &GoofyClusterList{})
 }

@@ -48,5 +48,5 @@ type GoofyClusterTemplateList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&GoofyClusterTemplate{}, &GoofyClusterTemplateList{})
+	objectTypes = append(objectTypes, &GoofyClusterTemplate{}, &GoofyClusterTemplateList{})
 }

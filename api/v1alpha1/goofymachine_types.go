@@ -148,5 +148,5 @@ type GoofyMachineList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&GoofyMachine{}, &GoofyMachineList{})
+	objectTypes = append(objectTypes, &GoofyMachine{}, &GoofyMachineList{})
 }

@@ -60,5 +60,5 @@ type GoofyMachineTemplateList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&GoofyMachineTemplate{}, &GoofyMachineTemplateList{})
+	objectTypes = append(objectTypes, &GoofyMachineTemplate{}, &GoofyMachineTemplateList{})
 }

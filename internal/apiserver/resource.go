@@ -380,10 +380,13 @@ func (h *handler) deleteOptions(rq *reqScope) (store.DeleteOptions, error) {
 	if errs := metav1validation.ValidateDeleteOptions(opts); len(errs) > 0 {
 		return store.DeleteOptions{}, invalidOptions("DeleteOptions", errs)
 	}
+	// orphanDependents is the deprecated spelling of the policy; the API server still honours it.
 	policy := opts.PropagationPolicy
-	if policy == nil && opts.OrphanDependents != nil { // the deprecated spelling
+	//lint:ignore SA1019 still accepted upstream
+	orphan := opts.OrphanDependents
+	if policy == nil && orphan != nil {
 		p := metav1.DeletePropagationBackground
-		if *opts.OrphanDependents {
+		if *orphan {
 			p = metav1.DeletePropagationOrphan
 		}
 		policy = &p

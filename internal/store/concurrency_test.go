@@ -22,7 +22,6 @@ func TestConcurrentWritersAndWatchers(t *testing.T) {
 
 	type seen struct {
 		events map[string][]watch.EventType
-		closed bool
 	}
 	results := make([]seen, watchers)
 	var wg sync.WaitGroup

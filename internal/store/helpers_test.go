@@ -18,9 +18,7 @@ var (
 	configMapsGVR  = corev1.SchemeGroupVersion.WithResource("configmaps")
 	secretsGVR     = corev1.SchemeGroupVersion.WithResource("secrets")
 	nodesGVR       = corev1.SchemeGroupVersion.WithResource("nodes")
-	servicesGVR    = corev1.SchemeGroupVersion.WithResource("services")
 	deploymentsGVR = appsv1.SchemeGroupVersion.WithResource("deployments")
-	replicaSetsGVR = appsv1.SchemeGroupVersion.WithResource("replicasets")
 )
 
 // newCluster returns a fresh cluster store (with the default namespaces).

@@ -8,8 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
-	"k8s.io/apimachinery/pkg/api/validation/path"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -69,7 +69,7 @@ func newBehavior(info ResourceInfo, scheme *runtime.Scheme) *kindBehavior {
 	}
 	switch {
 	case info.GVR.Group == "rbac.authorization.k8s.io":
-		b.nameFn = path.ValidatePathSegmentName
+		b.nameFn = validatePathSegmentName
 	case info.GVR.Group == "" && info.GVR.Resource == "namespaces":
 		b.nameFn = apimachineryvalidation.NameIsDNSLabel
 	case info.GVR.Group == "" && info.GVR.Resource == "services":
@@ -268,4 +268,12 @@ func copyAllButStatus(dst, src client.Object) {
 		}
 		vd.Field(i).Set(vs.Field(i))
 	}
+}
+
+// validatePathSegmentName is RBAC's name rule upstream: any name usable as one URL path segment.
+func validatePathSegmentName(name string, prefix bool) []string {
+	if prefix {
+		return content.IsPathSegmentPrefix(name)
+	}
+	return content.IsPathSegmentName(name)
 }

@@ -400,9 +400,11 @@ func (c *Cluster) deleteChecked(b *kindBehavior, cur client.Object, opts DeleteO
 	gr := b.info.GVR.GroupResource()
 	if p := opts.Preconditions; p != nil {
 		if p.UID != nil && *p.UID != cur.GetUID() {
+			//lint:ignore ST1005 upstream's message, which clients match
 			return nil, apierrors.NewConflict(gr, cur.GetName(), fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, cur.GetUID()))
 		}
 		if p.ResourceVersion != nil && *p.ResourceVersion != cur.GetResourceVersion() {
+			//lint:ignore ST1005 upstream's message, which clients match
 			return nil, apierrors.NewConflict(gr, cur.GetName(), fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p.ResourceVersion, cur.GetResourceVersion()))
 		}
 	}

@@ -250,7 +250,8 @@ func TestUpgrade(t *testing.T) {
 	g.Expect(plane.Client.Patch(ctx, md, mdPatch)).To(Succeed())
 
 	upgraded := func(s harness.ClusterStatus) bool {
-		if len(s.Machines) != 2 || s.KCP == nil || s.KCP.Status.Version != upgradeTo {
+		// status.versions lists the versions of KCP's machines: one entry once all run upgradeTo.
+		if len(s.Machines) != 2 || s.KCP == nil || len(s.KCP.Status.Versions) != 1 || s.KCP.Status.Versions[0].Version != upgradeTo {
 			return false
 		}
 		for _, m := range s.Machines {
