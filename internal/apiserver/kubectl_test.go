@@ -369,3 +369,33 @@ func TestKubectlPodDeletion(t *testing.T) {
 	_, err = cs.CoreV1().Pods("default").Get(c, "forced", metav1.GetOptions{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%v", err)
 }
+
+// TestKubectlDescribe: describe reads an object together with its related objects (a node's
+// pods, lease and events; a pod's events) through field selectors, and must print them.
+func TestKubectlDescribe(t *testing.T) {
+	g := NewWithT(t)
+	env := newTestEnv(t, Options{})
+	k := newKubectl(t, env)
+	cs := env.clientset(t)
+	c := ctx(t)
+	createNode(t, env, readyNode("worker-0"))
+	pod, err := cs.CoreV1().Pods("default").Create(c, testPod("default", "app-0", "worker-0", nil), metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = cs.CoreV1().Events("default").Create(c, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "app-0.1", Namespace: "default"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: "app-0", UID: pod.UID, APIVersion: "v1"},
+		Reason:         "Scheduled", Message: "Successfully assigned default/app-0 to worker-0", Type: corev1.EventTypeNormal,
+		Source: corev1.EventSource{Component: "default-scheduler"}, Count: 1,
+	}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	out, errOut := k.run("", "describe", "node", "worker-0")
+	g.Expect(errOut).To(BeEmpty())
+	g.Expect(out).To(ContainSubstring("Name:               worker-0"))
+	g.Expect(out).To(MatchRegexp(`default\s+app-0`), "the node's pods, found by spec.nodeName")
+
+	out, errOut = k.run("", "describe", "pod", "app-0")
+	g.Expect(errOut).To(BeEmpty())
+	g.Expect(out).To(MatchRegexp(`Node:\s+worker-0`))
+	g.Expect(out).To(MatchRegexp(`Normal\s+Scheduled\s+.*default-scheduler\s+Successfully assigned default/app-0 to worker-0`), "the pod's events, found by involvedObject")
+}
