@@ -67,8 +67,9 @@ func (h *HotRestarter) Wait(ctx context.Context) error {
 var errRestoring = errors.New("restoring workload cluster listeners")
 
 // ReadyzCheck reports the leader not ready until Start has re-reserved the recorded ports (the
-// listeners serve once their machines re-add API servers, which the reconcilers do next). elected is the manager's Elected()
-// channel: a standby replica, which never runs Start, stays ready.
+// listeners serve once their machines re-add API servers, which the reconcilers do next).
+// elected is the manager's Elected() channel: a standby replica, which never runs Start, stays
+// ready.
 func (h *HotRestarter) ReadyzCheck(elected <-chan struct{}) healthz.Checker {
 	h.init()
 	return func(*http.Request) error {

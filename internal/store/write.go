@@ -374,7 +374,8 @@ func (c *Cluster) updateLocked(b *kindBehavior, cur, next client.Object, sub str
 }
 
 // Delete deletes an object: it is removed at once unless finalizers hold it, in which case it gets
-// a deletionTimestamp, or it is a pod on a node, which terminates gracefully (see graceful.go). Dependents are garbage collected per the propagation policy.
+// a deletionTimestamp, or it is a pod on a node, which terminates gracefully (see graceful.go).
+// Dependents are garbage collected per the propagation policy.
 func (c *Cluster) Delete(gvr schema.GroupVersionResource, namespace, name string, opts DeleteOptions) (runtime.Object, error) {
 	b, err := lookup(gvr)
 	if err != nil {
