@@ -15,7 +15,10 @@ import (
 // grace period of 0. The simulated kubelet answers after ClusterOptions.PodStopDelay, or after
 // the grace period when that is shorter. Other kinds have no graceful deletion.
 
-var podsGR = corev1.SchemeGroupVersion.WithResource("pods").GroupResource()
+var (
+	podsGR  = corev1.SchemeGroupVersion.WithResource("pods").GroupResource()
+	nodesGR = corev1.SchemeGroupVersion.WithResource("nodes").GroupResource()
+)
 
 // gracePeriod is the grace period a delete of cur gets, and whether the kind deletes gracefully
 // at all. It follows the pod strategy upstream: the request's gracePeriodSeconds, else the pod's
@@ -114,4 +117,20 @@ func (c *Cluster) kubeletStopped(key string, uid types.UID) {
 	}
 	zero := int64(0)
 	c.shortenGracePeriodLocked(b, cur, &zero)
+}
+
+// collectPodsOfNode force-deletes the pods bound to a node that is gone, as the pod garbage
+// collector does (upstream waits out a 40 s quarantine first): no kubelet is left to confirm
+// their termination. Finalizers still hold a pod.
+func (c *Cluster) collectPodsOfNode(node string) {
+	b, ok := behaviorForGR(podsGR)
+	if !ok {
+		return
+	}
+	zero := int64(0)
+	for _, obj := range c.objects[podsGR] {
+		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName == node {
+			c.deleteLocked(b, pod, metav1.DeletePropagationBackground, &zero)
+		}
+	}
 }

@@ -169,3 +169,29 @@ func TestKubeletConfirmationMatchesTheUID(t *testing.T) {
 	g.Expect(mustGet(t, c, again).GetDeletionTimestamp()).To(BeNil())
 	g.Expect(mustGet(t, c, again).GetUID()).To(Equal(again.GetUID()))
 }
+
+// The pods of a deleted node are force-deleted, as the pod garbage collector does: no kubelet
+// is left to confirm their termination.
+func TestPodsOfADeletedNodeAreCollected(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t, ClusterOptions{KubernetesVersion: "v1.36.3", PodStopDelay: time.Hour})
+	node := mustCreate(t, c, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-0"}})
+	running := mustCreate(t, c, scheduledPod("default", "running"))
+	terminating := mustCreate(t, c, scheduledPod("default", "terminating"))
+	deletePod(t, c, "terminating", nil) // waits for a kubelet that will not answer within the test
+	p := scheduledPod("default", "held")
+	p.Finalizers = []string{"example.com/hold"}
+	held := mustCreate(t, c, p)
+	other := scheduledPod("default", "elsewhere")
+	other.Spec.NodeName = "node-1"
+	elsewhere := mustCreate(t, c, other)
+
+	_, err := c.Delete(nodesGVR, "", "node-0", DeleteOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(exists(c, node)).To(BeFalse())
+	g.Expect(exists(c, running)).To(BeFalse())
+	g.Expect(exists(c, terminating)).To(BeFalse())
+	g.Expect(mustGet(t, c, held).GetDeletionTimestamp()).NotTo(BeNil(), "finalizers still hold a pod")
+	g.Expect(mustGet(t, c, held).GetDeletionGracePeriodSeconds()).To(HaveValue(BeEquivalentTo(0)))
+	g.Expect(mustGet(t, c, elsewhere).GetDeletionTimestamp()).To(BeNil())
+}

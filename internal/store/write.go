@@ -501,13 +501,17 @@ func markDeleting(cur client.Object) client.Object {
 }
 
 // removeLocked removes cur from the store (last is its final state, a private copy) and then
-// runs what the garbage collector and namespace controller would do in response.
+// runs what the garbage collector, namespace controller and pod garbage collector would do in
+// response.
 func (c *Cluster) removeLocked(b *kindBehavior, cur, last client.Object) client.Object {
 	gr := b.info.GVR.GroupResource()
 	c.dropLocked(gr, cur, last)
 	c.collectDependents(cur)
 	if b.info.Namespaced {
 		c.finishNamespace(cur.GetNamespace())
+	}
+	if gr == nodesGR {
+		c.collectPodsOfNode(cur.GetName())
 	}
 	c.afterOwnersChanged(cur.GetNamespace(), cur.GetOwnerReferences(), nil)
 	return last
