@@ -69,7 +69,10 @@ func (c *Cluster) shortenGracePeriodLocked(b *kindBehavior, cur client.Object, r
 		if requested == nil {
 			return cur // graceful deletion pending
 		}
-		period := max(*requested, 0)
+		period := *requested
+		if period < 0 {
+			period = 1 // as on a first delete
+		}
 		if period >= *current {
 			return cur
 		}

@@ -94,6 +94,7 @@ func TestGracePeriodRules(t *testing.T) {
 	shorter := deletePod(t, c, "long", ptr.To[int64](10))
 	g.Expect(shorter.DeletionGracePeriodSeconds).To(HaveValue(BeEquivalentTo(10)))
 	g.Expect(shorter.DeletionTimestamp.Time).To(Equal(first.DeletionTimestamp.Add(-20 * time.Second)))
+	g.Expect(deletePod(t, c, "long", ptr.To[int64](-5)).DeletionGracePeriodSeconds).To(HaveValue(BeEquivalentTo(1)), "negative means 1 s here too")
 	deletePod(t, c, "long", ptr.To[int64](0))
 	g.Expect(exists(c, long)).To(BeFalse())
 
