@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 )
 
@@ -292,12 +293,7 @@ func TestKubectlWatchAndWait(t *testing.T) {
 // is gone.
 func TestKubectlDrain(t *testing.T) {
 	g := NewWithT(t)
-	env := newTestEnv(t, Options{})
-	k := newKubectl(t, env)
-	cs := env.clientset(t)
-	c := ctx(t)
-
-	createNode(t, env, readyNode("worker-0"))
+	k, cs, c := kubectlWithNode(t)
 	pod := testPod("default", "app-0", "worker-0", map[string]string{"app": "app"})
 	pod, err := cs.CoreV1().Pods("default").Create(c, pod, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -337,11 +333,7 @@ func TestKubectlDrain(t *testing.T) {
 // delete is immediate, and exec says plainly that nothing runs behind the pod.
 func TestKubectlPodDeletion(t *testing.T) {
 	g := NewWithT(t)
-	env := newTestEnv(t, Options{})
-	k := newKubectl(t, env)
-	cs := env.clientset(t)
-	c := ctx(t)
-	createNode(t, env, readyNode("worker-0"))
+	k, cs, c := kubectlWithNode(t)
 	for _, name := range []string{"graceful", "forced"} {
 		_, err := cs.CoreV1().Pods("default").Create(c, testPod("default", name, "worker-0", nil), metav1.CreateOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
@@ -374,11 +366,7 @@ func TestKubectlPodDeletion(t *testing.T) {
 // pods, lease and events; a pod's events) through field selectors, and must print them.
 func TestKubectlDescribe(t *testing.T) {
 	g := NewWithT(t)
-	env := newTestEnv(t, Options{})
-	k := newKubectl(t, env)
-	cs := env.clientset(t)
-	c := ctx(t)
-	createNode(t, env, readyNode("worker-0"))
+	k, cs, c := kubectlWithNode(t)
 	pod, err := cs.CoreV1().Pods("default").Create(c, testPod("default", "app-0", "worker-0", nil), metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	_, err = cs.CoreV1().Events("default").Create(c, &corev1.Event{
@@ -398,4 +386,13 @@ func TestKubectlDescribe(t *testing.T) {
 	g.Expect(errOut).To(BeEmpty())
 	g.Expect(out).To(MatchRegexp(`Node:\s+worker-0`))
 	g.Expect(out).To(MatchRegexp(`Normal\s+Scheduled\s+.*default-scheduler\s+Successfully assigned default/app-0 to worker-0`), "the pod's events, found by involvedObject")
+}
+
+// kubectlWithNode sets up the tests about pods: a served store, kubectl, a clientset, a context,
+// and a Ready node "worker-0".
+func kubectlWithNode(t *testing.T) (*kubectl, *kubernetes.Clientset, context.Context) {
+	t.Helper()
+	env := newTestEnv(t, Options{})
+	createNode(t, env, readyNode("worker-0"))
+	return newKubectl(t, env), env.clientset(t), ctx(t)
 }
