@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +21,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -203,7 +207,9 @@ func TestQuickStart(t *testing.T) {
 }
 
 // 2. Scale: workers 2 -> 5 -> 1, control plane 3 -> 5 -> 3 (etcd members added and removed; KCP's
-// etcd health check compares members with machines, so it is true only when they match).
+// etcd health check compares members with machines, so it is true only when they match). Scaling
+// the workers down, CAPI drains the removed nodes: a pod on each is evicted and terminates
+// gracefully (drainProbes).
 func TestScale(t *testing.T) {
 	ctx, g := begin(t, 15*time.Minute)
 	s := ensureCluster(ctx, t, g, "qs", map[string]string{"CONTROL_PLANE_MACHINE_COUNT": "3", "WORKER_MACHINE_COUNT": "2"})
@@ -224,10 +230,108 @@ func TestScale(t *testing.T) {
 		waitFor(ctx, t, g, "qs", 8*time.Minute, fmt.Sprintf("%d healthy control-plane machines", n), all(harness.Available, controlPlaneHealthy(n)))
 	}
 	scaleMD(5)
+	probes := startDrainProbes(ctx, t, g, "qs")
 	scaleMD(1)
+	probes.check(ctx, g)
 	scaleKCP(5)
 	scaleKCP(3)
 	g.Expect(readyNodes(ctx, g, "qs")).To(HaveLen(4))
+}
+
+// drainProbes is one unmanaged pod on every worker node and a watch on them. When CAPI scales a
+// MachineDeployment down it drains each node it removes, evicting the pod through Goofy's
+// pods/eviction: the pod terminates gracefully, seen as MODIFIED with a deletionTimestamp and a
+// grace period (the pod's 30 s, as CAPI passes none) before DELETED. The pod garbage collector's force delete after
+// the Node is gone would show DELETED alone, so the watch tells a drain from a clean-up.
+type drainProbes struct {
+	cs     *kubernetes.Clientset
+	nodeOf map[string]string // pod -> node
+	mu     sync.Mutex
+	seen   map[string][]string // pod -> event types, "TERMINATING" for a graceful-deletion update
+	stop   context.CancelFunc
+	done   chan struct{}
+}
+
+func startDrainProbes(ctx context.Context, t *testing.T, g Gomega, cluster string) *drainProbes {
+	t.Helper()
+	kubeconfig := filepath.Join(plane.OutputDir(), cluster+".kubeconfig")
+	g.Expect(plane.WriteWorkloadKubeconfig(ctx, ns, cluster, kubeconfig)).To(Succeed())
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	g.Expect(err).NotTo(HaveOccurred())
+	p := &drainProbes{cs: kubernetes.NewForConfigOrDie(cfg), nodeOf: map[string]string{}, seen: map[string][]string{}, done: make(chan struct{})}
+	for _, n := range readyNodes(ctx, g, cluster) {
+		if _, cp := n.Labels["node-role.kubernetes.io/control-plane"]; cp {
+			continue
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "drain-probe-" + n.Name, Namespace: metav1.NamespaceDefault},
+			Spec:       corev1.PodSpec{NodeName: n.Name, Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+		}
+		_, err := p.cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		p.nodeOf[pod.Name] = n.Name
+	}
+	g.Expect(p.nodeOf).NotTo(BeEmpty())
+	list, err := p.cs.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	w, err := p.cs.CoreV1().Pods(metav1.NamespaceDefault).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	g.Expect(err).NotTo(HaveOccurred())
+	wctx, cancel := context.WithCancel(ctx)
+	p.stop = cancel
+	go func() {
+		defer close(p.done)
+		defer w.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+				pod, isPod := ev.Object.(*corev1.Pod)
+				if !isPod {
+					continue
+				}
+				kind := string(ev.Type)
+				if ev.Type == watch.Modified && pod.DeletionTimestamp != nil && ptr.Deref(pod.DeletionGracePeriodSeconds, 0) > 0 {
+					kind = "TERMINATING"
+				}
+				p.mu.Lock()
+				p.seen[pod.Name] = append(p.seen[pod.Name], kind)
+				p.mu.Unlock()
+			}
+		}
+	}()
+	return p
+}
+
+// check asserts that the probes on removed nodes were evicted gracefully and are gone, and the
+// others still run.
+func (p *drainProbes) check(ctx context.Context, g Gomega) {
+	p.stop()
+	<-p.done
+	nodes, err := p.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	remaining := map[string]bool{}
+	for _, n := range nodes.Items {
+		remaining[n.Name] = true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	drained := 0
+	for pod, node := range p.nodeOf {
+		_, err := p.cs.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, pod, metav1.GetOptions{})
+		if remaining[node] {
+			g.Expect(err).NotTo(HaveOccurred(), "%s on the remaining node %s", pod, node)
+			continue
+		}
+		drained++
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%s on the removed node %s: %v", pod, node, err)
+		g.Expect(p.seen[pod]).To(ContainElement("TERMINATING"), "%s was not evicted by a drain (events %v)", pod, p.seen[pod])
+		g.Expect(p.seen[pod][len(p.seen[pod])-1]).To(Equal(string(watch.Deleted)), "%s: events %v", pod, p.seen[pod])
+	}
+	g.Expect(drained).To(BeNumerically(">", 0), "no probe was on a removed node")
 }
 
 // 3. Upgrade: KCP and the MachineDeployment rolled from v1.35 to v1.36; KCP updates kubeadm-config,
