@@ -41,27 +41,22 @@ func gracePeriod(b *kindBehavior, cur client.Object, requested *int64) (int64, b
 	if pod.Spec.NodeName == "" || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		period = 0
 	}
-	if period < 0 {
-		period = 1
-	}
-	return period, true
+	return atLeastOneIfNegative(period), true
 }
 
-// markGraceful sets the deletion fields of a graceful delete on obj (a private copy).
-func markGraceful(obj client.Object, period int64) {
-	t := metav1.NewTime(time.Now().Add(time.Duration(period) * time.Second).Truncate(time.Second))
-	obj.SetDeletionTimestamp(&t)
-	obj.SetDeletionGracePeriodSeconds(&period)
-	if obj.GetGeneration() > 0 {
-		obj.SetGeneration(obj.GetGeneration() + 1)
+// atLeastOneIfNegative: upstream treats a negative grace period as 1 s.
+func atLeastOneIfNegative(period int64) int64 {
+	if period < 0 {
+		return 1
 	}
+	return period
 }
 
 // shortenGracePeriodLocked handles a delete of an object that is already being deleted. For a
 // terminating pod a shorter grace period moves deletionTimestamp earlier, and 0 (kubectl delete
 // --force --grace-period=0) removes it unless finalizers hold it. Anything else is unchanged.
 func (c *Cluster) shortenGracePeriodLocked(b *kindBehavior, cur client.Object, requested *int64) client.Object {
-	if _, ok := gracePeriod(b, cur, requested); !ok {
+	if b.info.GVR.GroupResource() != podsGR {
 		return cur
 	}
 	current := cur.GetDeletionGracePeriodSeconds()
@@ -69,10 +64,7 @@ func (c *Cluster) shortenGracePeriodLocked(b *kindBehavior, cur client.Object, r
 		if requested == nil {
 			return cur // graceful deletion pending
 		}
-		period := *requested
-		if period < 0 {
-			period = 1 // as on a first delete
-		}
+		period := atLeastOneIfNegative(*requested)
 		if period >= *current {
 			return cur
 		}

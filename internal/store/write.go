@@ -416,7 +416,7 @@ func (c *Cluster) deleteChecked(b *kindBehavior, cur client.Object, opts DeleteO
 		out := cur.DeepCopyObject().(client.Object)
 		if out.GetDeletionTimestamp() == nil {
 			if period, ok := gracePeriod(b, cur, opts.GracePeriodSeconds); ok && period > 0 {
-				markGraceful(out, period)
+				out = markDeleting(cur, period)
 			} else if len(out.GetFinalizers()) > 0 {
 				t := now()
 				out.SetDeletionTimestamp(&t)
@@ -454,7 +454,7 @@ func (c *Cluster) deleteLocked(b *kindBehavior, cur client.Object, policy metav1
 	case metav1.DeletePropagationForeground:
 		if len(c.deps[cur.GetUID()]) > 0 {
 			// The owner stays, marked, until its blocking dependents are gone.
-			next := markDeleting(cur)
+			next := markDeleting(cur, 0)
 			next.SetFinalizers(append(next.GetFinalizers(), metav1.FinalizerDeleteDependents))
 			c.putLocked(b.info.GVR.GroupResource(), next, cur)
 			for ref := range c.deps[cur.GetUID()] {
@@ -472,28 +472,27 @@ func (c *Cluster) deleteLocked(b *kindBehavior, cur client.Object, policy metav1
 	}
 	if period, ok := gracePeriod(b, cur, requestedGrace); ok && period > 0 {
 		// A pod on a node stays, terminating, until its kubelet has stopped it.
-		next := cur.DeepCopyObject().(client.Object)
-		markGraceful(next, period)
+		next := markDeleting(cur, period)
 		c.putLocked(b.info.GVR.GroupResource(), next, cur)
 		c.scheduleKubeletStop(next, period)
 		return next
 	}
 	if len(cur.GetFinalizers()) > 0 {
-		next := markDeleting(cur)
+		next := markDeleting(cur, 0)
 		c.putLocked(b.info.GVR.GroupResource(), next, cur)
 		return next
 	}
 	return c.removeLocked(b, cur, cur.DeepCopyObject().(client.Object))
 }
 
-// markDeleting returns a copy of cur with deletionTimestamp set; kinds with a generation get it
-// bumped, as upstream does for graceful deletion.
-func markDeleting(cur client.Object) client.Object {
+// markDeleting returns a copy of cur being deleted with a grace period of period seconds:
+// deletionTimestamp is now + period (just now for finalizer-held objects, period 0); kinds with a
+// generation get it bumped, as upstream does.
+func markDeleting(cur client.Object, period int64) client.Object {
 	next := cur.DeepCopyObject().(client.Object)
-	t := now()
+	t := metav1.NewTime(time.Now().Add(time.Duration(period) * time.Second).Truncate(time.Second))
 	next.SetDeletionTimestamp(&t)
-	zero := int64(0)
-	next.SetDeletionGracePeriodSeconds(&zero)
+	next.SetDeletionGracePeriodSeconds(&period)
 	if next.GetGeneration() > 0 {
 		next.SetGeneration(next.GetGeneration() + 1)
 	}
@@ -675,7 +674,7 @@ func without(list []string, s string) []string {
 // deleteNamespaceLocked marks the namespace Terminating, deletes its content and finishes the
 // namespace once the content is gone, as the namespace controller does.
 func (c *Cluster) deleteNamespaceLocked(b *kindBehavior, cur client.Object) client.Object {
-	next := markDeleting(cur).(*corev1.Namespace)
+	next := markDeleting(cur, 0).(*corev1.Namespace)
 	next.SetDeletionGracePeriodSeconds(nil)
 	next.Status.Phase = corev1.NamespaceTerminating
 	c.putLocked(b.info.GVR.GroupResource(), next, cur)

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -246,10 +245,10 @@ func TestScale(t *testing.T) {
 type drainProbes struct {
 	cs     *kubernetes.Clientset
 	nodeOf map[string]string // pod -> node
-	mu     sync.Mutex
-	seen   map[string][]string // pod -> event types, "TERMINATING" for a graceful-deletion update
-	stop   context.CancelFunc
-	done   chan struct{}
+	// seen is written by the watch goroutine only; check reads it after done is closed.
+	seen map[string][]string // pod -> event types, "TERMINATING" for a graceful-deletion update
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 func startDrainProbes(ctx context.Context, t *testing.T, g Gomega, cluster string) *drainProbes {
@@ -297,9 +296,7 @@ func startDrainProbes(ctx context.Context, t *testing.T, g Gomega, cluster strin
 				if ev.Type == watch.Modified && pod.DeletionTimestamp != nil && ptr.Deref(pod.DeletionGracePeriodSeconds, 0) > 0 {
 					kind = "TERMINATING"
 				}
-				p.mu.Lock()
 				p.seen[pod.Name] = append(p.seen[pod.Name], kind)
-				p.mu.Unlock()
 			}
 		}
 	}()
@@ -317,8 +314,6 @@ func (p *drainProbes) check(ctx context.Context, g Gomega) {
 	for _, n := range nodes.Items {
 		remaining[n.Name] = true
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	drained := 0
 	for pod, node := range p.nodeOf {
 		_, err := p.cs.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, pod, metav1.GetOptions{})
