@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +31,7 @@ import (
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
 	"github.com/goofy-capi/cluster-api-provider-goofy/controllers"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
 
@@ -60,6 +62,7 @@ type options struct {
 	listenerBindAddress      string
 	listenerPortRange        string
 	shutdownTimeout          time.Duration
+	stateDir                 string
 	profilerAddress          string
 }
 
@@ -82,7 +85,20 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.listenerBindAddress, "listener-bind-address", "", "Address workload cluster listeners bind to (default: the listener host if it is an IP, else 0.0.0.0).")
 	fs.StringVar(&o.listenerPortRange, "listener-port-range", fmt.Sprintf("%d-%d", mux.DefaultPortMin, mux.DefaultPortMax), "Inclusive port range of workload cluster listeners, e.g. 20000-29999.")
 	fs.StringVar(&o.profilerAddress, "profiler-address", "", "Bind address of the pprof endpoint (e.g. 127.0.0.1:6060); empty disables it.")
+	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir(), "Directory that keeps every workload cluster's state across restarts (one bbolt database; a write is answered once it is on disk). Empty keeps state in memory only.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "How long in-flight workload cluster requests may take on shutdown.")
+}
+
+// defaultStateDir is $XDG_STATE_HOME/goofy (else ~/.local/state/goofy); the Deployment sets
+// --state-dir to its mounted volume.
+func defaultStateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "goofy")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "goofy")
+	}
+	return ""
 }
 
 func envOr(key, def string) string {
@@ -138,7 +154,19 @@ func run(ctx context.Context, o options) error {
 	// Build the workload stores' server-side-apply schema now (~19 MB allocated once), not in
 	// the middle of the first reconciles, where it would add to the memory high-water mark.
 	store.WarmUp()
-	wcl, err := mux.NewWorkloadClustersMux(store.NewManager(), o.listenerHost,
+	var storeOpts []store.ManagerOption
+	if o.stateDir != "" {
+		db, err := storage.Open(o.stateDir)
+		if err != nil {
+			return fmt.Errorf("--state-dir: %w", err)
+		}
+		defer db.Close() // after the manager and with it the listeners have stopped
+		storeOpts = append(storeOpts, store.WithStorage(db))
+		log.Info("Workload cluster state is kept on disk", "path", db.Path())
+	} else {
+		log.Info("Workload cluster state is kept in memory only (--state-dir is empty)")
+	}
+	wcl, err := mux.NewWorkloadClustersMux(store.NewManager(storeOpts...), o.listenerHost,
 		mux.WithPortRange(portMin, portMax), mux.WithBindAddress(o.listenerBindAddress), mux.WithLogger(ctrl.Log.WithName("mux")))
 	if err != nil {
 		return err

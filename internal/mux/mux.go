@@ -252,8 +252,7 @@ func (m *WorkloadClustersMux) DeleteWorkloadClusterListener(wclName string) erro
 	if ok {
 		l.stop(context.Background())
 	}
-	m.manager.DeleteCluster(wclName)
-	return nil
+	return m.manager.DeleteCluster(wclName)
 }
 
 // HotRestart re-creates the listener of every GoofyCluster on the port recorded in its
@@ -264,6 +263,7 @@ func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) err
 		return nil
 	}
 	var errs []error
+	var keep []string
 	for i := range clusters.Items {
 		gc := &clusters.Items[i]
 		port := int(gc.Spec.ControlPlaneEndpoint.Port)
@@ -271,11 +271,20 @@ func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) err
 			continue
 		}
 		key := ClusterKey(gc.Namespace, ClusterNameOf(gc))
+		keep = append(keep, key)
 		if _, err := m.initListener(key, port); err != nil {
 			errs = append(errs, fmt.Errorf("workload cluster %s: %w", key, err))
 			continue
 		}
 		m.log.Info("Restored workload cluster listener", "cluster", key, "port", port)
+	}
+	// State on disk of clusters deleted while the process was down.
+	deleted, err := m.manager.DeleteStateExcept(keep)
+	if len(deleted) > 0 {
+		m.log.Info("Deleted the state of workload clusters that no longer exist", "clusters", deleted)
+	}
+	if err != nil {
+		errs = append(errs, err)
 	}
 	return kerrors.NewAggregate(errs)
 }

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
 
 // Cluster is one workload cluster's store. Every error returned is an *apierrors.StatusError.
@@ -41,6 +43,10 @@ type Cluster struct {
 	enc    encodedCache // encodings of recently read objects (see GetEncoded)
 	// podStopDelay: see ClusterOptions.PodStopDelay.
 	podStopDelay time.Duration
+	// db keeps the cluster's objects on disk; nil for a memory-only store.
+	db *storage.DB
+	// commit is the last write queued to db: a write method waits for it before answering.
+	commit storage.Commit
 }
 
 // objRef locates a stored object.
@@ -54,7 +60,8 @@ var defaultNamespaces = []string{metav1.NamespaceDefault, "kube-node-lease", met
 
 var namespacesGVR = corev1.SchemeGroupVersion.WithResource("namespaces")
 
-func newCluster(name string, opts ClusterOptions) (*Cluster, error) {
+// newCluster creates a cluster store, loading its objects from db when db holds some.
+func newCluster(name string, opts ClusterOptions, db *storage.DB) (*Cluster, error) {
 	limit := opts.EventHistory
 	if limit <= 0 {
 		limit = DefaultEventHistory
@@ -70,18 +77,36 @@ func newCluster(name string, opts ClusterOptions) (*Cluster, error) {
 		hist:    history{limit: limit, ttl: ttl},
 
 		podStopDelay: opts.PodStopDelay,
+		db:           db,
 	}
 	if c.podStopDelay <= 0 {
 		c.podStopDelay = DefaultPodStopDelay
 	}
-	b, _ := behaviorFor(namespacesGVR)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.rv = initialResourceVersion(0)
+	if db != nil {
+		loaded, err := c.loadLocked()
+		if err != nil {
+			return nil, err
+		}
+		if loaded {
+			c.hist.floor = c.rv
+			return c, nil
+		}
+	}
+	// Nothing before this point can be replayed: clients holding older resourceVersions (from an
+	// earlier life of this cluster) get 410 Gone and relist, as after an etcd compaction.
+	c.hist.floor = c.rv
+	b, _ := behaviorFor(namespacesGVR)
 	for _, ns := range defaultNamespaces {
 		obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
 		if _, err := c.createLocked(b, obj, false, "kube-apiserver", false); err != nil {
 			return nil, err
 		}
+	}
+	if err := c.commit.Wait(); err != nil {
+		return nil, fmt.Errorf("storing the new workload cluster %s: %w", name, err)
 	}
 	return c, nil
 }
@@ -251,6 +276,7 @@ func (c *Cluster) putLocked(gr schema.GroupResource, obj, old client.Object) {
 		c.unindexOwners(gr, key, old)
 	}
 	c.indexOwners(gr, key, obj)
+	c.persistPutLocked(gr, key, obj)
 	typ := watch.Added
 	if old != nil {
 		typ = watch.Modified
@@ -266,6 +292,7 @@ func (c *Cluster) dropLocked(gr schema.GroupResource, old, last client.Object) {
 	delete(c.objects[gr], key)
 	c.enc.drop(objRef{gr: gr, key: key})
 	c.unindexOwners(gr, key, old)
+	c.persistDeleteLocked(gr, key)
 	c.emit(watch.Deleted, gr, key, last, old, c.rv)
 }
 

@@ -37,6 +37,8 @@ type history struct {
 	// evicted records, per kind, the RV of the newest dropped event: reading that kind's changes
 	// after an older RV is no longer possible. Nil until something is dropped.
 	evicted map[schema.GroupResource]uint64
+	// floor is the resourceVersion the store started at: changes before it are unknown.
+	floor uint64
 }
 
 // at returns the i-th oldest retained event.
@@ -107,7 +109,12 @@ func (h *history) dropOldest() {
 }
 
 // covers reports whether every change of the kind after rv is still retained.
-func (h *history) covers(gr schema.GroupResource, rv uint64) bool { return rv >= h.evicted[gr] }
+func (h *history) covers(gr schema.GroupResource, rv uint64) bool {
+	return rv >= h.floor && rv >= h.evicted[gr]
+}
+
+// oldestCovered is the oldest resourceVersion of the kind whose later changes are all retained.
+func (h *history) oldestCovered(gr schema.GroupResource) uint64 { return max(h.floor, h.evicted[gr]) }
 
 // since returns up to max retained events (of all kinds) with RV > rv (max <= 0: all), and false
 // when a change of kind gr after rv was already dropped.

@@ -230,7 +230,7 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 			page[j] = objs[k]
 		}
 	}
-	oldest := c.hist.evicted[gvr.GroupResource()]
+	oldest := c.hist.oldestCovered(gvr.GroupResource())
 	c.mu.RUnlock()
 	if err != nil {
 		if opts.Continue != "" {

@@ -1,12 +1,15 @@
 package store
 
 import (
+	"fmt"
 	"sort"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
 
 // ClusterOptions configure a new cluster store.
@@ -33,23 +36,39 @@ const DefaultEventHistory = 4096
 type Manager struct {
 	mu       sync.RWMutex
 	clusters map[string]*Cluster
+	db       *storage.DB // nil: memory only
 }
 
-// NewManager returns an empty manager.
-func NewManager() *Manager {
+// ManagerOption configures a Manager.
+type ManagerOption func(*Manager)
+
+// WithStorage keeps every cluster's objects in db: a write is answered once it is on disk, and a
+// cluster added again after a restart starts from what db holds.
+func WithStorage(db *storage.DB) ManagerOption { return func(m *Manager) { m.db = db } }
+
+// NewManager returns an empty manager; without WithStorage its state lives in memory only.
+func NewManager(opts ...ManagerOption) *Manager {
 	shared() // build the scheme once up front rather than under the first request
-	return &Manager{clusters: map[string]*Cluster{}}
+	m := &Manager{clusters: map[string]*Cluster{}}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
 }
 
-// AddCluster creates the store of a workload cluster with the default namespaces
-// (default, kube-public, kube-system, kube-node-lease). It fails with AlreadyExists.
+// Durable reports whether the manager keeps state on disk.
+func (m *Manager) Durable() bool { return m.db != nil }
+
+// AddCluster creates the store of a workload cluster: from its state on disk when there is one,
+// else with the default namespaces (default, kube-public, kube-system, kube-node-lease). It fails
+// with AlreadyExists, or with the reason the state on disk cannot be read.
 func (m *Manager) AddCluster(name string, opts ClusterOptions) (*Cluster, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.clusters[name]; ok {
 		return nil, apierrors.NewAlreadyExists(schema.GroupResource{Resource: "clusters"}, name)
 	}
-	c, err := newCluster(name, opts)
+	c, err := newCluster(name, opts, m.db)
 	if err != nil {
 		return nil, err
 	}
@@ -65,8 +84,8 @@ func (m *Manager) GetCluster(name string) (*Cluster, bool) {
 	return c, ok
 }
 
-// DeleteCluster forgets the named cluster and ends all its watches.
-func (m *Manager) DeleteCluster(name string) {
+// DeleteCluster forgets the named cluster, ends all its watches and deletes its state on disk.
+func (m *Manager) DeleteCluster(name string) error {
 	m.mu.Lock()
 	c, ok := m.clusters[name]
 	delete(m.clusters, name)
@@ -74,6 +93,44 @@ func (m *Manager) DeleteCluster(name string) {
 	if ok {
 		c.close()
 	}
+	return m.dropState(name)
+}
+
+func (m *Manager) dropState(name string) error {
+	if m.db == nil {
+		return nil
+	}
+	if err := m.db.DropBucket(name).Wait(); err != nil {
+		return fmt.Errorf("deleting the state of workload cluster %s: %w", name, err)
+	}
+	return nil
+}
+
+// DeleteStateExcept deletes the state on disk of every cluster not named in keep and not loaded:
+// clusters deleted while the process was down. It returns the names it deleted.
+func (m *Manager) DeleteStateExcept(keep []string) ([]string, error) {
+	if m.db == nil {
+		return nil, nil
+	}
+	names, err := m.db.Buckets()
+	if err != nil {
+		return nil, err
+	}
+	wanted := map[string]bool{}
+	for _, k := range keep {
+		wanted[k] = true
+	}
+	var deleted []string
+	for _, n := range names {
+		if _, loaded := m.GetCluster(n); wanted[n] || loaded {
+			continue
+		}
+		if err := m.dropState(n); err != nil {
+			return deleted, err
+		}
+		deleted = append(deleted, n)
+	}
+	return deleted, nil
 }
 
 // ClusterNames returns the names of all clusters, sorted.

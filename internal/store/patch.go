@@ -24,7 +24,7 @@ import (
 // Patch patches an object with a JSON patch, JSON merge patch, strategic merge patch (using the
 // typed struct as schema) or server-side apply (managed fields, conflicts as 409 with causes,
 // Force takes ownership; apply creates a missing object).
-func (c *Cluster) Patch(gvr schema.GroupVersionResource, namespace, name string, pt types.PatchType, data []byte, opts PatchOptions) (runtime.Object, error) {
+func (c *Cluster) Patch(gvr schema.GroupVersionResource, namespace, name string, pt types.PatchType, data []byte, opts PatchOptions) (_ runtime.Object, err error) {
 	b, err := lookup(gvr)
 	if err != nil {
 		return nil, err
@@ -45,7 +45,7 @@ func (c *Cluster) Patch(gvr schema.GroupVersionResource, namespace, name string,
 	strict := opts.FieldValidation == metav1.FieldValidationStrict
 
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockDurable(&err)
 	gr := gvr.GroupResource()
 	cur := c.getLocked(gr, objectKey(namespace, name))
 

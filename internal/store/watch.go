@@ -144,7 +144,7 @@ func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts 
 		w.cursor = c.rv
 	} else {
 		if !c.hist.covers(w.gr, rv) {
-			return nil, tooOldRV(rv, c.hist.evicted[w.gr])
+			return nil, tooOldRV(rv, c.hist.oldestCovered(w.gr))
 		}
 		w.cursor = rv
 	}

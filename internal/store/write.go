@@ -33,7 +33,7 @@ const maxGeneratedNameLength = 63 - 5
 var immortalNamespaces = map[string]bool{metav1.NamespaceDefault: true, metav1.NamespaceSystem: true, metav1.NamespacePublic: true}
 
 // Create stores a new object.
-func (c *Cluster) Create(gvr schema.GroupVersionResource, namespace string, obj runtime.Object, opts CreateOptions) (runtime.Object, error) {
+func (c *Cluster) Create(gvr schema.GroupVersionResource, namespace string, obj runtime.Object, opts CreateOptions) (_ runtime.Object, err error) {
 	b, err := lookup(gvr)
 	if err != nil {
 		return nil, err
@@ -46,7 +46,7 @@ func (c *Cluster) Create(gvr schema.GroupVersionResource, namespace string, obj 
 		return nil, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockDurable(&err)
 	out, err := c.createLocked(b, in, opts.DryRun, opts.FieldManager, opts.SkipManagedFields)
 	if err != nil {
 		return nil, err
@@ -247,7 +247,7 @@ func (c *Cluster) checkNamespaceOpen(namespace string) error {
 
 // Update replaces an object. An empty resourceVersion is an unconditional update; a stale one is
 // a 409 Conflict. Subresource "status" changes only the status; the main resource keeps it.
-func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj runtime.Object, opts UpdateOptions) (runtime.Object, error) {
+func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj runtime.Object, opts UpdateOptions) (_ runtime.Object, err error) {
 	b, err := lookup(gvr)
 	if err != nil {
 		return nil, err
@@ -266,7 +266,7 @@ func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj 
 		return nil, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockDurable(&err)
 	cur := c.getLocked(gvr.GroupResource(), objectKey(in.GetNamespace(), in.GetName()))
 	if cur == nil {
 		if b.allowCreateOnUpdate && opts.Subresource == "" && in.GetResourceVersion() == "" {
@@ -376,7 +376,7 @@ func (c *Cluster) updateLocked(b *kindBehavior, cur, next client.Object, sub str
 // Delete deletes an object: it is removed at once unless finalizers hold it, in which case it gets
 // a deletionTimestamp, or it is a pod on a node, which terminates gracefully (see graceful.go).
 // Dependents are garbage collected per the propagation policy.
-func (c *Cluster) Delete(gvr schema.GroupVersionResource, namespace, name string, opts DeleteOptions) (runtime.Object, error) {
+func (c *Cluster) Delete(gvr schema.GroupVersionResource, namespace, name string, opts DeleteOptions) (_ runtime.Object, err error) {
 	b, err := lookup(gvr)
 	if err != nil {
 		return nil, err
@@ -385,7 +385,7 @@ func (c *Cluster) Delete(gvr schema.GroupVersionResource, namespace, name string
 		return nil, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockDurable(&err)
 	cur := c.getLocked(gvr.GroupResource(), objectKey(namespace, name))
 	if cur == nil {
 		return nil, apierrors.NewNotFound(gvr.GroupResource(), name)
@@ -730,7 +730,7 @@ func (c *Cluster) finishNamespace(name string) {
 }
 
 // DeleteCollection deletes all matching objects and returns them as a list.
-func (c *Cluster) DeleteCollection(gvr schema.GroupVersionResource, namespace string, listOpts ListOptions, opts DeleteOptions) (runtime.Object, error) {
+func (c *Cluster) DeleteCollection(gvr schema.GroupVersionResource, namespace string, listOpts ListOptions, opts DeleteOptions) (_ runtime.Object, err error) {
 	b, err := lookup(gvr)
 	if err != nil {
 		return nil, err
@@ -743,7 +743,7 @@ func (c *Cluster) DeleteCollection(gvr schema.GroupVersionResource, namespace st
 		return nil, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	defer c.unlockDurable(&err)
 	m := c.objects[gvr.GroupResource()]
 	var out []client.Object
 	for _, key := range namespacedKeys(m, namespace) {

@@ -1,0 +1,118 @@
+package storage
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	. "github.com/onsi/gomega"
+)
+
+func value(s string) func() ([]byte, error) { return func() ([]byte, error) { return []byte(s), nil } }
+
+func load(t *testing.T, db *DB, bucket string) (map[string]string, uint64, bool) {
+	t.Helper()
+	got := map[string]string{}
+	rv, found, err := db.Load(bucket, func(k string, v []byte) error {
+		got[k] = string(v)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, rv, found
+}
+
+func TestWritesSurviveReopenInQueueOrder(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	db, err := Open(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	g.Expect(db.Put("a", "/configmaps/default/x", 5, value("v1")).Wait()).To(Succeed())
+	// Queued back to back, likely in one batch: the later write of a key wins.
+	c1 := db.Put("a", "/configmaps/default/x", 6, value("v2"))
+	c2 := db.Put("a", "/configmaps/default/y", 7, value("y"))
+	c3 := db.Delete("a", "/configmaps/default/y", 8)
+	c4 := db.Put("b", "/nodes/n", 3, value("node"))
+	for _, c := range []Commit{c1, c2, c3, c4} {
+		g.Expect(c.Wait()).To(Succeed())
+	}
+	g.Expect(db.Close()).To(Succeed())
+
+	db, err = Open(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer db.Close()
+	got, rv, found := load(t, db, "a")
+	g.Expect(found).To(BeTrue())
+	g.Expect(rv).To(Equal(uint64(8)))
+	g.Expect(got).To(Equal(map[string]string{"/configmaps/default/x": "v2"}))
+	got, rv, _ = load(t, db, "b")
+	g.Expect(rv).To(Equal(uint64(3)))
+	g.Expect(got).To(HaveKeyWithValue("/nodes/n", "node"))
+	g.Expect(db.Buckets()).To(ConsistOf("a", "b"))
+
+	g.Expect(db.DropBucket("a").Wait()).To(Succeed())
+	_, _, found = load(t, db, "a")
+	g.Expect(found).To(BeFalse())
+	g.Expect(db.Buckets()).To(ConsistOf("b"))
+}
+
+func TestConcurrentWritersShareCommits(t *testing.T) {
+	g := NewWithT(t)
+	db, err := Open(t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer db.Close()
+
+	const writers, each = 16, 50
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				if err := db.Put("c", fmt.Sprintf("/k/%d/%d", w, i), uint64(i+1), value("x")).Wait(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	s := db.Stats()
+	g.Expect(s.Writes).To(Equal(uint64(writers * each)))
+	// Group commit: writers that queue while a transaction syncs share the next one.
+	g.Expect(s.Batches).To(BeNumerically("<", s.Writes))
+	got, _, _ := load(t, db, "c")
+	g.Expect(got).To(HaveLen(writers * each))
+}
+
+func TestEncodeErrorFailsItsBatchAndLaterWritesProceed(t *testing.T) {
+	g := NewWithT(t)
+	db, err := Open(t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer db.Close()
+	bad := db.Put("d", "/k", 1, func() ([]byte, error) { return nil, fmt.Errorf("boom") })
+	g.Expect(bad.Wait()).To(MatchError(ContainSubstring("boom")))
+	g.Expect(db.Put("d", "/k2", 2, value("ok")).Wait()).To(Succeed())
+	got, _, _ := load(t, db, "d")
+	g.Expect(got).To(Equal(map[string]string{"/k2": "ok"}))
+}
+
+func TestSecondOpenOfALockedDirectoryFails(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	db, err := Open(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer db.Close()
+	_, err = Open(dir)
+	g.Expect(err).To(HaveOccurred())
+}
+
+func TestWritesAfterCloseFail(t *testing.T) {
+	g := NewWithT(t)
+	db, err := Open(t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(db.Close()).To(Succeed())
+	g.Expect(db.Put("e", "/k", 1, value("x")).Wait()).To(MatchError(ErrClosed))
+}

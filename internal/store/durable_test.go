@@ -1,0 +1,242 @@
+package store
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
+)
+
+// durableManager opens the state in dir; the returned func closes it (a clean stop: the
+// crash case is covered by the apiserver package's SIGKILL test).
+func durableManager(t *testing.T, dir string) (*Manager, func()) {
+	t.Helper()
+	db, err := storage.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewManager(WithStorage(db)), func() { _ = db.Close() }
+}
+
+func rvOf(t *testing.T, s string) uint64 {
+	t.Helper()
+	rv, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rv
+}
+
+func TestStateSurvivesRestartWithClientMetadata(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	m, closeDB := durableManager(t, dir)
+	c, err := m.AddCluster("ns/a", ClusterOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	cm := configMap("default", "user", map[string]string{"k": "v"})
+	cm.Labels = map[string]string{"team": "x"}
+	cm.Annotations = map[string]string{"note": "kept"}
+	cm.Finalizers = []string{"example.com/hold"}
+	created := mustCreate(t, c, cm)
+	// A finalizer-held delete leaves the object terminating.
+	_, err = c.Delete(configMapsGVR, "default", "user", DeleteOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	before := mustGet(t, c, cm).(*corev1.ConfigMap)
+	g.Expect(before.DeletionTimestamp).NotTo(BeNil())
+	gone := mustCreate(t, c, configMap("default", "gone", nil))
+	_, err = c.Delete(configMapsGVR, "default", "gone", DeleteOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	node := mustCreate(t, c, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "user", Effect: corev1.TaintEffectNoSchedule}}}})
+	lastRV := rvOf(t, node.GetResourceVersion())
+	m.DeleteCluster("ns/other") // no state: nothing happens
+	closeDB()
+
+	m, closeDB = durableManager(t, dir)
+	defer closeDB()
+	c, err = m.AddCluster("ns/a", ClusterOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	after := mustGet(t, c, cm).(*corev1.ConfigMap)
+	g.Expect(after.UID).To(Equal(created.GetUID()))
+	g.Expect(after.ManagedFields).NotTo(BeEmpty())
+	// Everything, metadata included (uid, creationTimestamp, resourceVersion, labels, annotations,
+	// finalizers, deletionTimestamp, managedFields), as it was; times compare as instants.
+	g.Expect(equality.Semantic.DeepEqual(after, before)).To(BeTrue(), "after the restart:\n%v\nbefore:\n%v", after, before)
+	g.Expect(exists(c, gone)).To(BeFalse(), "a deleted object stays deleted")
+	g.Expect(mustGet(t, c, node).(*corev1.Node).Spec.Taints).To(HaveLen(1))
+	// The default namespaces come from disk, not a second time.
+	ns, err := c.List(namespacesGVR, "", ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ns.(*corev1.NamespaceList).Items).To(HaveLen(len(defaultNamespaces)))
+
+	// Releasing the finalizer completes the deletion, after the restart.
+	upd := after.DeepCopy()
+	upd.Finalizers = nil
+	_, err = c.Update(configMapsGVR, "default", upd, UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(exists(c, cm)).To(BeFalse())
+
+	next := mustCreate(t, c, configMap("default", "new", nil))
+	g.Expect(rvOf(t, next.GetResourceVersion())).To(BeNumerically(">", lastRV))
+}
+
+func TestResourceVersionsNeverGoBackAcrossRestarts(t *testing.T) {
+	for _, durable := range []bool{false, true} {
+		t.Run("durable="+strconv.FormatBool(durable), func(t *testing.T) {
+			g := NewWithT(t)
+			dir := t.TempDir()
+			open := func() (*Manager, func()) {
+				if durable {
+					return durableManager(t, dir)
+				}
+				return NewManager(), func() {}
+			}
+			m, closeDB := open()
+			c, err := m.AddCluster("ns/a", ClusterOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			var last string
+			for i := range 50 {
+				last = mustCreate(t, c, configMap("default", "cm"+strconv.Itoa(i), nil)).GetResourceVersion()
+			}
+			list, err := c.List(configMapsGVR, "default", ListOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			listRV := list.(*corev1.ConfigMapList).ResourceVersion
+			g.Expect(listRV).To(Equal(last))
+			closeDB()
+
+			// A new life of the store: a new process, or the same one after forgetting the cluster.
+			m, closeDB = open()
+			defer closeDB()
+			c, err = m.AddCluster("ns/a", ClusterOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			first := mustCreate(t, c, configMap("default", "after", nil)).GetResourceVersion()
+			g.Expect(rvOf(t, first)).To(BeNumerically(">", rvOf(t, last)))
+
+			// What happened before the restart cannot be replayed: clients relist, as after an
+			// etcd compaction.
+			_, err = c.Watch(configMapsGVR, "default", ListOptions{ResourceVersion: listRV})
+			g.Expect(apierrors.IsResourceExpired(err)).To(BeTrue(), "watch from before the restart: %v", err)
+			_, err = c.List(configMapsGVR, "default", ListOptions{ResourceVersion: listRV, ResourceVersionMatch: metav1.ResourceVersionMatchExact})
+			g.Expect(apierrors.IsResourceExpired(err)).To(BeTrue(), "exact list from before the restart: %v", err)
+			// A list that accepts any newer state is served.
+			_, err = c.List(configMapsGVR, "default", ListOptions{ResourceVersion: listRV})
+			g.Expect(err).NotTo(HaveOccurred())
+			// A watch from the current state gets every later change.
+			w, err := c.Watch(configMapsGVR, "default", ListOptions{ResourceVersion: first})
+			g.Expect(err).NotTo(HaveOccurred())
+			defer w.Stop()
+			mustCreate(t, c, configMap("default", "later", nil))
+			ev, ok := w.Next(nil)
+			g.Expect(ok).To(BeTrue())
+			g.Expect(ev.Object.(*corev1.ConfigMap).Name).To(Equal("later"))
+		})
+	}
+}
+
+func TestDeletingAClusterDeletesItsState(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	m, closeDB := durableManager(t, dir)
+	for _, n := range []string{"ns/a", "ns/b", "ns/c"} {
+		c, err := m.AddCluster(n, ClusterOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		mustCreate(t, c, configMap("default", "x", nil))
+	}
+	g.Expect(m.DeleteCluster("ns/a")).To(Succeed())
+	closeDB()
+
+	m, closeDB = durableManager(t, dir)
+	defer closeDB()
+	c, err := m.AddCluster("ns/a", ClusterOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(exists(c, configMap("default", "x", nil))).To(BeFalse(), "a deleted cluster comes back empty")
+	// ns/c was deleted while the process was down: only ns/a and ns/b still exist.
+	deleted, err := m.DeleteStateExcept([]string{"ns/b"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(deleted).To(ConsistOf("ns/c"))
+	c, err = m.AddCluster("ns/b", ClusterOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(exists(c, configMap("default", "x", nil))).To(BeTrue())
+}
+
+func TestUnreadableStateFailsOnlyItsCluster(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	m, closeDB := durableManager(t, dir)
+	for _, n := range []string{"ns/bad", "ns/good"} {
+		c, err := m.AddCluster(n, ClusterOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		mustCreate(t, c, configMap("default", "x", nil))
+	}
+	closeDB()
+	// Tear one stored object, as a bad disk block or a bug would.
+	raw, err := bolt.Open(dir+"/"+storage.FileName, 0o600, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(raw.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("ns/bad")).Put([]byte("/configmaps/default/x"), []byte("p\xff\xff"))
+	})).To(Succeed())
+	g.Expect(raw.Close()).To(Succeed())
+
+	m, closeDB = durableManager(t, dir)
+	defer closeDB()
+	_, err = m.AddCluster("ns/bad", ClusterOptions{})
+	g.Expect(err).To(MatchError(ContainSubstring("decoding /configmaps/default/x")))
+	_, loaded := m.GetCluster("ns/bad")
+	g.Expect(loaded).To(BeFalse(), "never a silently empty cluster")
+	c, err := m.AddCluster("ns/good", ClusterOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(exists(c, configMap("default", "x", nil))).To(BeTrue())
+}
+
+func TestTerminatingPodIsConfirmedAfterRestart(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	m, closeDB := durableManager(t, dir)
+	opts := ClusterOptions{PodStopDelay: time.Hour} // the kubelet of this life never confirms
+	c, err := m.AddCluster("ns/a", opts)
+	g.Expect(err).NotTo(HaveOccurred())
+	p := pod("default", "p", nil)
+	p.Spec.NodeName = "n1"
+	p.Spec.TerminationGracePeriodSeconds = ptr.To(int64(30))
+	mustCreate(t, c, p)
+	_, err = c.Delete(podsGVR, "default", "p", DeleteOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(mustGet(t, c, p).GetDeletionTimestamp()).NotTo(BeNil())
+	closeDB()
+
+	m, closeDB = durableManager(t, dir)
+	defer closeDB()
+	c, err = m.AddCluster("ns/a", ClusterOptions{PodStopDelay: 10 * time.Millisecond})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() bool { return exists(c, p) }, safetyTimeout).Should(BeFalse())
+}
+
+func TestStorageKeyRoundTrip(t *testing.T) {
+	g := NewWithT(t)
+	for _, tc := range []struct {
+		gr  schema.GroupResource
+		key string
+	}{
+		{schema.GroupResource{Resource: "configmaps"}, "default/x"},
+		{schema.GroupResource{Group: "apps", Resource: "deployments"}, "kube-system/coredns"},
+		{schema.GroupResource{Resource: "nodes"}, "n1"},
+	} {
+		gr, key, ok := parseStorageKey(storageKey(tc.gr, tc.key))
+		g.Expect(ok).To(BeTrue())
+		g.Expect(gr).To(Equal(tc.gr))
+		g.Expect(key).To(Equal(tc.key))
+	}
+	_, _, ok := parseStorageKey("nodes")
+	g.Expect(ok).To(BeFalse())
+}
