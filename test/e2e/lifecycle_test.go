@@ -430,10 +430,14 @@ func TestClusterClass(t *testing.T) {
 }
 
 // 6. Restart: the Goofy manager is killed with SIGKILL and started again; every cluster answers and
-// is Available again within 30 s, on the same endpoint, and no Machine is replaced.
+// is Available again within 30 s, on the same endpoint, and no Machine is replaced. What users and
+// ClusterResourceSets wrote into a workload cluster is still there, an informer that ran across
+// the restart sees every later change, and CAPI scales the cluster up afterwards.
 func TestRestart(t *testing.T) {
-	ctx, g := begin(t, 15*time.Minute)
+	ctx, g := begin(t, 20*time.Minute)
 	ensureCluster(ctx, t, g, "qs", map[string]string{"CONTROL_PLANE_MACHINE_COUNT": "3", "WORKER_MACHINE_COUNT": "2"})
+	ensureCluster(ctx, t, g, "upg", map[string]string{"KUBERNETES_VERSION": upgradeTo, "CONTROL_PLANE_MACHINE_COUNT": "1", "WORKER_MACHINE_COUNT": "1"})
+	state := prepareWorkloadState(ctx, t, g, "upg")
 	var clusters clusterv1.ClusterList
 	g.Expect(plane.Client.List(ctx, &clusters, client.InNamespace(ns))).To(Succeed())
 	before := map[types.UID]string{}
@@ -484,6 +488,7 @@ func TestRestart(t *testing.T) {
 			g.Expect(m.DeletionTimestamp).To(BeNil(), "machine %s of %s is being replaced", m.Name, name)
 		}
 	}
+	state.checkAfterRestart(ctx, t, g)
 }
 
 func dial(ep clusterv1.APIEndpoint) error {

@@ -352,6 +352,8 @@ func (p *Plane) StartGoofy(ctx context.Context) error {
 				"--listener-host=127.0.0.1",
 				"--listener-bind-address=127.0.0.1",
 				"--listener-port-range=" + portRange,
+				// Durable state, as shipped; the same directory across restarts of the manager.
+				"--state-dir=" + filepath.Join(p.opts.OutputDir, "goofy-state"),
 			}, p.opts.GoofyArgs...),
 		}
 		p.processes = append(p.processes, p.Goofy)

@@ -1,0 +1,189 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	controlplanev1 "sigs.k8s.io/cluster-api/api/controlplane/kubeadm/v1beta2"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/test/e2e/harness"
+)
+
+// workloadState is what users, add-on tools and CAPI put into a workload cluster before the
+// manager is killed, and an informer that runs across the restart.
+type workloadState struct {
+	cluster  string
+	userCM   types.UID
+	nodeName string
+
+	mu   sync.Mutex
+	seen map[string]string // ConfigMap name -> newest resourceVersion the informer delivered
+	stop chan struct{}
+}
+
+const (
+	crsAddonName = "restart-addon"   // the ClusterResourceSet and its ConfigMap in the management cluster
+	crsObject    = "applied-by-crs"  // the ConfigMap it applies to the workload cluster
+	userCMName   = "written-by-user" // a ConfigMap a user writes into the workload cluster
+	userLabel    = "e2e.goofy.dev/user"
+	userTaint    = "e2e.goofy.dev/user-taint"
+)
+
+func workloadREST(ctx context.Context, g Gomega, cluster string) *kubernetes.Clientset {
+	sec := &corev1.Secret{}
+	g.Expect(plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster + "-kubeconfig"}, sec)).To(Succeed())
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(sec.Data["value"])
+	g.Expect(err).NotTo(HaveOccurred())
+	cs, err := kubernetes.NewForConfig(cfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	return cs
+}
+
+// prepareWorkloadState writes into the cluster through CAPI's ClusterResourceSet, as a user would
+// (a ConfigMap, a Node label and taint), and starts an informer on its ConfigMaps.
+func prepareWorkloadState(ctx context.Context, t *testing.T, g Gomega, cluster string) *workloadState {
+	t.Helper()
+	addon := fmt.Sprintf(`apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: %[1]s
+  namespace: %[2]s
+data:
+  addon.yaml: |
+    apiVersion: v1
+    kind: ConfigMap
+    metadata:
+      name: %[3]s
+      namespace: default
+    data:
+      from: clusterresourceset
+---
+apiVersion: addons.cluster.x-k8s.io/v1beta2
+kind: ClusterResourceSet
+metadata:
+  name: %[1]s
+  namespace: %[2]s
+spec:
+  clusterSelector:
+    matchLabels:
+      %[1]s: "true"
+  resources:
+  - kind: ConfigMap
+    name: %[1]s
+`, crsAddonName, ns, crsObject)
+	_, err := plane.Apply(ctx, []byte(addon))
+	g.Expect(err).NotTo(HaveOccurred())
+	c := &clusterv1.Cluster{}
+	g.Expect(plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster}, c)).To(Succeed())
+	patch := client.MergeFrom(c.DeepCopy())
+	if c.Labels == nil {
+		c.Labels = map[string]string{}
+	}
+	c.Labels[crsAddonName] = "true"
+	g.Expect(plane.Client.Patch(ctx, c, patch)).To(Succeed())
+
+	cs := workloadREST(ctx, g, cluster)
+	g.Eventually(func() error {
+		_, err := cs.CoreV1().ConfigMaps("default").Get(ctx, crsObject, metav1.GetOptions{})
+		return err
+	}, 2*time.Minute).Should(Succeed(), "the ClusterResourceSet did not apply its ConfigMap")
+
+	cm, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: userCMName, Labels: map[string]string{userLabel: "yes"}},
+		Data:       map[string]string{"k": "before"},
+	}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(nodes.Items).NotTo(BeEmpty())
+	node := nodes.Items[0].DeepCopy()
+	node.Labels[userLabel] = "kept"
+	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: userTaint, Value: "x", Effect: corev1.TaintEffectNoSchedule})
+	_, err = cs.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	s := &workloadState{cluster: cluster, userCM: cm.UID, nodeName: node.Name, seen: map[string]string{}, stop: make(chan struct{})}
+	t.Cleanup(func() { close(s.stop) })
+	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace("default"))
+	inf := factory.Core().V1().ConfigMaps().Informer()
+	record := func(obj any) {
+		if cm, ok := obj.(*corev1.ConfigMap); ok {
+			s.mu.Lock()
+			s.seen[cm.Name] = cm.ResourceVersion
+			s.mu.Unlock()
+		}
+	}
+	_, err = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, n any) { record(n) }})
+	g.Expect(err).NotTo(HaveOccurred())
+	factory.Start(s.stop)
+	g.Expect(cache.WaitForCacheSync(ctx.Done(), inf.HasSynced)).To(BeTrue())
+	g.Expect(s.rv(userCMName)).NotTo(BeEmpty())
+	return s
+}
+
+func (s *workloadState) rv(name string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen[name]
+}
+
+// checkAfterRestart: everything written before the kill is there, the informer that ran across
+// the restart sees each change made after it, and CAPI can scale the cluster (new Machines get
+// their nodeRefs, which needs the cluster cache's watches to resume on the restored store).
+func (s *workloadState) checkAfterRestart(ctx context.Context, t *testing.T, g Gomega) {
+	t.Helper()
+	cs := workloadREST(ctx, g, s.cluster)
+	cm, err := cs.CoreV1().ConfigMaps("default").Get(ctx, userCMName, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred(), "the user's ConfigMap is gone after the restart")
+	g.Expect(cm.UID).To(Equal(s.userCM))
+	g.Expect(cm.Labels).To(HaveKeyWithValue(userLabel, "yes"))
+	g.Expect(cm.Data).To(HaveKeyWithValue("k", "before"))
+	_, err = cs.CoreV1().ConfigMaps("default").Get(ctx, crsObject, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred(), "the ClusterResourceSet's ConfigMap is gone after the restart")
+	node, err := cs.CoreV1().Nodes().Get(ctx, s.nodeName, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(node.Labels).To(HaveKeyWithValue(userLabel, "kept"), "the user's Node label")
+	g.Expect(node.Spec.Taints).To(ContainElement(HaveField("Key", userTaint)), "the user's Node taint")
+
+	// Changes after the restart reach the informer that ran across it.
+	cm.Data["k"] = "after"
+	updated, err := cs.CoreV1().ConfigMaps("default").Update(ctx, cm, metav1.UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	created, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after-restart"}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() []string { return []string{s.rv(userCMName), s.rv("after-restart")} }, time.Minute).
+		Should(Equal([]string{updated.ResourceVersion, created.ResourceVersion}), "the informer missed a change made after the restart")
+
+	// Scale up through CAPI: one more worker and two more control-plane machines.
+	md := &clusterv1.MachineDeployment{}
+	g.Expect(plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.cluster + "-md-0"}, md)).To(Succeed())
+	workers := ptr.Deref(md.Spec.Replicas, 0) + 1
+	mdPatch := client.MergeFrom(md.DeepCopy())
+	md.Spec.Replicas = ptr.To(workers)
+	g.Expect(plane.Client.Patch(ctx, md, mdPatch)).To(Succeed())
+	kcp := &controlplanev1.KubeadmControlPlane{}
+	g.Expect(plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.cluster + "-control-plane"}, kcp)).To(Succeed())
+	cps := ptr.Deref(kcp.Spec.Replicas, 0) + 2
+	kcpPatch := client.MergeFrom(kcp.DeepCopy())
+	kcp.Spec.Replicas = ptr.To(cps)
+	g.Expect(plane.Client.Patch(ctx, kcp, kcpPatch)).To(Succeed())
+	st := waitFor(ctx, t, g, s.cluster, 6*time.Minute, fmt.Sprintf("scaled to %d control-plane machines and %d workers after the restart", cps, workers),
+		all(harness.Available, controlPlaneHealthy(cps), workersRunning(workers)))
+	for _, m := range st.Machines {
+		g.Expect(m.Status.NodeRef.IsDefined()).To(BeTrue(), "machine %s has no nodeRef", m.Name)
+	}
+}
