@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -178,7 +177,7 @@ func (h *handler) validatePatchFields(rq *reqScope, pt types.PatchType, body []b
 		if err != nil {
 			return nil
 		}
-		p, err := jsonpatch.DecodePatch(body)
+		p, err := store.DecodeJSONPatch(body)
 		if err != nil {
 			return nil
 		}

@@ -273,12 +273,12 @@ func patchScale(cur *autoscalingv1.Scale, pt types.PatchType, body []byte) (*aut
 	var patched []byte
 	switch pt {
 	case types.JSONPatchType:
-		p, err := jsonpatch.DecodePatch(body)
-		if err == nil {
-			patched, err = p.Apply(orig)
-		}
+		p, err := store.DecodeJSONPatch(body)
 		if err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
+			return nil, err
+		}
+		if patched, err = p.Apply(orig); err != nil {
+			return nil, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", schema.GroupResource{}, "", err.Error(), 0, false)
 		}
 	case types.MergePatchType:
 		if patched, err = jsonpatch.MergePatch(orig, body); err != nil {

@@ -3,6 +3,7 @@ package apiserver
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -66,11 +67,14 @@ func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
 	}
 
 	watcher, err := h.c.Watch(rq.gvr, rq.ns, opts)
-	if err != nil {
+	var expired apierrors.APIStatus
+	if err != nil && !(apierrors.IsResourceExpired(err) && errors.As(err, &expired)) {
 		h.writeError(rq.w, rq.r, err)
 		return
 	}
-	defer watcher.Stop()
+	if watcher != nil {
+		defer watcher.Stop()
+	}
 
 	timeout := minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))
 	if opts.TimeoutSeconds != nil && *opts.TimeoutSeconds > 0 {
@@ -89,6 +93,14 @@ func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
 	flusher.Flush()
 
 	framer := info.StreamSerializer.Framer.NewFrameWriter(rq.w)
+	if expired != nil {
+		// A resourceVersion older than the history: like the watch cache, a 200 stream with one
+		// ERROR event carrying the 410, so that reflectors relist.
+		status := expired.Status()
+		h.writeEvent(framer, watch.Error, &status, sv.objects.EncoderForVersion(info.Serializer, gv), eventEnc)
+		flusher.Flush()
+		return
+	}
 	for {
 		// This goroutine reads the store's watcher itself: a watch costs no store goroutine.
 		ev, ok := watcher.Next(ctx.Done())

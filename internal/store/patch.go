@@ -66,9 +66,9 @@ func (c *Cluster) Patch(gvr schema.GroupVersionResource, namespace, name string,
 	var patched []byte
 	switch pt {
 	case types.JSONPatchType:
-		p, err := jsonpatch.DecodePatch(data)
+		p, err := DecodeJSONPatch(data)
 		if err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
+			return nil, err
 		}
 		if patched, err = p.Apply(curJSON); err != nil {
 			return nil, unprocessable(err)

@@ -143,7 +143,8 @@ func (c *Cluster) createAppliedLocked(b *kindBehavior, obj client.Object, dryRun
 			}
 		}
 	}
-	if errs := validation.ValidateObjectMetaAccessor(obj, b.info.Namespaced, b.nameFn, field.NewPath("metadata")); len(errs) > 0 {
+	errs := validation.ValidateObjectMetaAccessor(obj, b.info.Namespaced, b.nameFn, field.NewPath("metadata"))
+	if errs = append(errs, validateKind(obj)...); len(errs) > 0 {
 		return nil, invalid(b, obj.GetName(), errs)
 	}
 	if b.info.Namespaced {
@@ -348,6 +349,7 @@ func (c *Cluster) updateLocked(b *kindBehavior, cur, next client.Object, sub str
 
 	errs := validation.ValidateObjectMetaAccessor(next, b.info.Namespaced, b.nameFn, field.NewPath("metadata"))
 	errs = append(errs, validation.ValidateObjectMetaAccessorUpdate(next, cur, field.NewPath("metadata"))...)
+	errs = append(errs, validateKind(next)...)
 	if len(errs) > 0 {
 		return nil, invalid(b, next.GetName(), errs)
 	}
