@@ -6,13 +6,13 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	bolt "go.etcd.io/bbolt"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
