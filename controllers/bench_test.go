@@ -83,7 +83,7 @@ func BenchmarkHundredMachinesToNodeReady(b *testing.B) {
 		b.StopTimer()
 		ns := newNamespace(b)
 		h := newHarness(b)
-		startManager(b, h, ns, "", 10)
+		startManager(b, h, ns, managerOptions{concurrency: 10})
 		f := newFixture(b, ns, "bench", nil)
 		var l *mux.WorkloadClusterListener
 		for deadline := time.Now().Add(30 * time.Second); l == nil; {

@@ -199,13 +199,26 @@ func TestEndpointRepair(t *testing.T) {
 	g.Expect(node.Spec.ProviderID).To(Equal(gm.Spec.ProviderID))
 }
 
+// managerOptions configure startManager.
+type managerOptions struct {
+	watchFilter string
+	concurrency int           // reconcile workers per controller; 0 means 1
+	syncPeriod  time.Duration // the manager's --sync-period; 0 means controller-runtime's (10 h)
+	// wrapClient, when set, wraps the client the reconcilers read and write with.
+	wrapClient func(client.Client) client.Client
+}
+
 // startManager runs h's mux with new reconcilers (and a HotRestarter) in a controller-runtime
 // manager whose cache only sees ns; the manager stops when the test ends.
-func startManager(t testing.TB, h *harness, ns, watchFilter string, concurrency int) {
+func startManager(t testing.TB, h *harness, ns string, o managerOptions) {
 	t.Helper()
+	cacheOpts := cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
+	if o.syncPeriod > 0 {
+		cacheOpts.SyncPeriod = &o.syncPeriod
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 testScheme,
-		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Cache:                  cacheOpts,
 		Client:                 client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
@@ -220,9 +233,13 @@ func startManager(t testing.TB, h *harness, ns, watchFilter string, concurrency 
 	if err := mgr.Add(restarter); err != nil {
 		t.Fatal(err)
 	}
-	h.clusterR = &GoofyClusterReconciler{Client: mgr.GetClient(), Mux: h.mux, WatchFilterValue: watchFilter, Restarter: restarter}
-	h.machineR = &GoofyMachineReconciler{Client: mgr.GetClient(), Mux: h.mux, WatchFilterValue: watchFilter, Restarter: restarter}
-	opts := controller.Options{MaxConcurrentReconciles: concurrency}
+	c := mgr.GetClient()
+	if o.wrapClient != nil {
+		c = o.wrapClient(c)
+	}
+	h.clusterR = &GoofyClusterReconciler{Client: c, Mux: h.mux, WatchFilterValue: o.watchFilter, Restarter: restarter}
+	h.machineR = &GoofyMachineReconciler{Client: c, Mux: h.mux, WatchFilterValue: o.watchFilter, Restarter: restarter}
+	opts := controller.Options{MaxConcurrentReconciles: max(o.concurrency, 1)}
 	if err := h.clusterR.SetupWithManager(ctx, mgr, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -242,6 +259,15 @@ func startManager(t testing.TB, h *harness, ns, watchFilter string, concurrency 
 			t.Error("manager did not stop within 30s")
 		}
 	})
+}
+
+// awaitProvisioned waits until the running manager has provisioned f's GoofyCluster.
+func awaitProvisioned(t testing.TB, f *fixture) {
+	t.Helper()
+	NewWithT(t).Eventually(func() bool {
+		get(t, f.gc)
+		return ptr.Deref(f.gc.Status.Initialization.Provisioned, false)
+	}, 30*time.Second, 50*time.Millisecond).Should(BeTrue())
 }
 
 // setClusterStatus does what CAPI's Cluster controller does once the GoofyCluster is provisioned
@@ -270,16 +296,13 @@ func TestWatchFilter(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t)
 	h := newHarness(t)
-	startManager(t, h, ns, "goofy-test", 1)
+	startManager(t, h, ns, managerOptions{watchFilter: "goofy-test"})
 
 	// The unlabelled cluster and machine exist first, so an unfiltered controller sees them first.
 	other := newFixture(t, ns, "other", nil)
 	_, otherGM := newMachine(t, other, "other-cp-0", machineOpts{controlPlane: true})
 	mine := newFixture(t, ns, "mine", map[string]string{clusterv1.WatchLabel: "goofy-test"})
-	g.Eventually(func() bool {
-		get(t, mine.gc)
-		return ptr.Deref(mine.gc.Status.Initialization.Provisioned, false)
-	}, 30*time.Second, 100*time.Millisecond).Should(BeTrue())
+	awaitProvisioned(t, mine)
 	setClusterStatus(t, mine, false)
 	_, gm := newMachine(t, mine, "mine-cp-0", machineOpts{controlPlane: true, labels: map[string]string{clusterv1.WatchLabel: "goofy-test"}})
 	g.Eventually(func() []metav1.Condition {

@@ -370,6 +370,7 @@ func newFixture(t testing.TB, ns, name string, labels map[string]string) *fixtur
 type machineOpts struct {
 	controlPlane  bool
 	noBootstrap   bool // leave spec.bootstrap.dataSecretName unset
+	noOwner       bool // create the GoofyMachine without its owner reference to the Machine
 	failureDomain string
 	backend       *infrav1.InMemoryMachineBackend
 	labels        map[string]string
@@ -420,6 +421,9 @@ func newMachine(t testing.TB, f *fixture, name string, o machineOpts) (*clusterv
 				APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: machine.Name, UID: machine.UID,
 			}},
 		},
+	}
+	if o.noOwner {
+		gm.OwnerReferences = nil
 	}
 	if o.backend != nil {
 		gm.Spec.Backend.InMemory = o.backend
