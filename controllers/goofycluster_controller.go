@@ -44,7 +44,8 @@ type GoofyClusterReconciler struct {
 	Azure *AzureClouds
 }
 
-// SetupWithManager registers the reconciler: GoofyClusters, and their Cluster's pause changes.
+// SetupWithManager registers the reconciler: GoofyClusters, and their Cluster's creation and
+// pause changes; resyncs pass both watches.
 func (r *GoofyClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	log := predicateLogger(ctrl.LoggerFrom(ctx))
 	return ctrl.NewControllerManagedBy(mgr).
@@ -53,7 +54,7 @@ func (r *GoofyClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		WithEventFilter(predicates.ResourceNotPausedAndHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
 		Watches(&clusterv1.Cluster{},
 			handler.EnqueueRequestsFromMapFunc(util.ClusterToInfrastructureMapFunc(ctx, infrav1.GroupVersion.WithKind("GoofyCluster"), mgr.GetClient(), &infrav1.GoofyCluster{})),
-			builder.WithPredicates(predicates.ClusterPausedTransitions(mgr.GetScheme(), log)),
+			builder.WithPredicates(clusterToGoofyClusterEvents(mgr.GetScheme(), log)),
 		).
 		Complete(r)
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -53,7 +54,8 @@ type GoofyMachineReconciler struct {
 }
 
 // SetupWithManager registers the reconciler: GoofyMachines, their Machines, and their Cluster's
-// pause, infrastructure and control-plane transitions.
+// creation, pause, infrastructure and control-plane transitions. Every wait of a reconcile ends
+// with an event of these watches (TestWaitingMachinesWake); resyncs pass all of them.
 func (r *GoofyMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	log := predicateLogger(ctrl.LoggerFrom(ctx))
 	if r.Clock == nil {
@@ -73,10 +75,7 @@ func (r *GoofyMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		).
 		Watches(&clusterv1.Cluster{},
 			handler.EnqueueRequestsFromMapFunc(clusterToMachines),
-			builder.WithPredicates(predicates.Any(mgr.GetScheme(), log,
-				predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), log),
-				predicates.ClusterControlPlaneInitialized(mgr.GetScheme(), log),
-			)),
+			builder.WithPredicates(clusterToMachinesEvents(mgr.GetScheme(), log)),
 		).
 		Complete(r)
 }
@@ -119,6 +118,12 @@ func (r *GoofyMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			// The Cluster is gone already: nothing left to tear down in the mux but this machine.
 			return ctrl.Result{}, r.releaseOrphan(ctx, gm)
 		}
+		if !apierrors.IsNotFound(err) && !errors.Is(err, util.ErrNoCluster) {
+			return ctrl.Result{}, err
+		}
+		// The Machine's cluster-name label or the Cluster's creation wakes the machine: both
+		// watches let them through, and CAPI labels the GoofyMachine for the Cluster's mapper
+		// when it sets the owner reference.
 		log.Info("Waiting for the Machine's Cluster", "Machine", klogRef(machine), "reason", err.Error())
 		return ctrl.Result{}, nil
 	}
@@ -199,17 +204,36 @@ func (r *GoofyMachineReconciler) reconcileNormal(ctx context.Context, s *machine
 	return res, err
 }
 
-// waitingFor returns why provisioning cannot start yet.
+// waitingFor returns why provisioning cannot start yet. Each wait ends with a watch event: the
+// Cluster's gates (clusterGatesChanged) and the Machine's spec (specOrMetadataChanged).
 func (r *GoofyMachineReconciler) waitingFor(s *machineScope) (reason, message string) {
+	gates := clusterGatesOf(s.cluster)
 	switch {
-	case !ptr.Deref(s.cluster.Status.Initialization.InfrastructureProvisioned, false):
+	case !gates.infrastructureProvisioned:
 		return infrav1.WaitingForClusterInfrastructureReason, "waiting for the Cluster's infrastructure to be provisioned"
 	case s.machine.Spec.Bootstrap.DataSecretName == nil:
 		return infrav1.WaitingForBootstrapDataReason, "waiting for the Machine's bootstrap data secret"
-	case !s.controlPlane() && !ptr.Deref(s.cluster.Status.Initialization.ControlPlaneInitialized, false):
+	case !s.controlPlane() && !gates.controlPlaneInitialized:
 		return infrav1.WaitingForControlPlaneInitializedReason, "waiting for the control plane to be initialized"
 	}
 	return "", ""
+}
+
+// clusterGates is what a machine waits for on its Cluster.
+type clusterGates struct {
+	infrastructureProvisioned bool
+	// controlPlaneInitialized is the ControlPlaneInitialized condition (what CAPI's own
+	// controllers read) or status.initialization.controlPlaneInitialized, whichever is true first:
+	// CAPI's patch helper writes the condition and that field in two requests, conditions first.
+	controlPlaneInitialized bool
+}
+
+func clusterGatesOf(c *clusterv1.Cluster) clusterGates {
+	return clusterGates{
+		infrastructureProvisioned: ptr.Deref(c.Status.Initialization.InfrastructureProvisioned, false),
+		controlPlaneInitialized: conditions.IsTrue(c, clusterv1.ClusterControlPlaneInitializedCondition) ||
+			ptr.Deref(c.Status.Initialization.ControlPlaneInitialized, false),
+	}
 }
 
 func (r *GoofyMachineReconciler) reconcileDelete(ctx context.Context, s *machineScope) error {

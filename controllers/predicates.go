@@ -5,13 +5,17 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"k8s.io/apimachinery/pkg/runtime"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/predicates"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 )
 
 // specOrMetadataChanged lets an update through only when something a Goofy reconciler reads
-// changed: spec (generation), labels, annotations, owner references, finalizers or deletion.
+// changed: spec (generation), labels, annotations, owner references, finalizers or deletion; or
+// when it is a resync (--sync-period), the safety net that reconciles every object again.
 // Status-only updates are dropped: CAPI rewrites Machine status many times while a machine
 // provisions, and the reconcilers' own status patches would otherwise each trigger a reconcile
 // (on a cache that may not show the write yet). Phase progress needs no events: the reconciler
@@ -21,8 +25,61 @@ func specOrMetadataChanged() predicate.Funcs {
 		if e.ObjectOld == nil || e.ObjectNew == nil {
 			return true
 		}
-		return metadataOrSpecDiffers(e.ObjectOld, e.ObjectNew)
+		return isResync(e) || metadataOrSpecDiffers(e.ObjectOld, e.ObjectNew)
 	}}
+}
+
+// isResync reports whether an update is an informer resync: the cached object delivered again.
+// controller-runtime does not mark resyncs, but every write gives an object a new
+// resourceVersion, so an update whose old and new objects share one changed nothing.
+func isResync(e event.UpdateEvent) bool {
+	return e.ObjectOld.GetResourceVersion() == e.ObjectNew.GetResourceVersion()
+}
+
+// createsAndResyncs lets through create events and resyncs. For the Cluster watches: a Goofy
+// object whose Cluster is not in the cache yet waits for its creation.
+func createsAndResyncs() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return true },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld != nil && e.ObjectNew != nil && isResync(e)
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// clusterGatesChanged lets through the Cluster updates that change what a waiting GoofyMachine
+// reads from its Cluster (clusterGatesOf, the same function waitingFor uses), in whichever of
+// CAPI's writes the change comes. The reconcile such an update causes reads a cache that holds at
+// least that update, so a machine never waits for a Cluster update that was already dropped.
+func clusterGatesChanged() predicate.Funcs {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok := e.ObjectOld.(*clusterv1.Cluster)
+			n, ok2 := e.ObjectNew.(*clusterv1.Cluster)
+			return ok && ok2 && clusterGatesOf(o) != clusterGatesOf(n)
+		},
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// clusterToMachinesEvents are the Cluster events the GoofyMachine reconciler maps to the Cluster's
+// machines: its creation, resyncs, pause transitions and changes of its gates.
+func clusterToMachinesEvents(scheme *runtime.Scheme, log logr.Logger) predicate.Funcs {
+	return predicates.Any(scheme, log,
+		createsAndResyncs(),
+		predicates.ClusterPausedTransitions(scheme, log),
+		clusterGatesChanged(),
+	)
+}
+
+// clusterToGoofyClusterEvents are the Cluster events the GoofyCluster reconciler maps to the
+// Cluster's GoofyCluster: its creation, resyncs and pause transitions.
+func clusterToGoofyClusterEvents(scheme *runtime.Scheme, log logr.Logger) predicate.Funcs {
+	return predicates.Any(scheme, log, createsAndResyncs(), predicates.ClusterPausedTransitions(scheme, log))
 }
 
 func metadataOrSpecDiffers(o, n client.Object) bool {
