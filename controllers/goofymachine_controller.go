@@ -192,7 +192,10 @@ func (r *GoofyMachineReconciler) reconcileNormal(ctx context.Context, s *machine
 		bound, err := r.bindAzureInstance(ctx, s)
 		if err != nil || !bound {
 			setSummary(s)
-			return ctrl.Result{RequeueAfter: azureNoInstanceRetry}, err
+			if err != nil {
+				return ctrl.Result{}, err // controller-runtime ignores a result that comes with an error
+			}
+			return ctrl.Result{RequeueAfter: azureNoInstanceRetry}, nil
 		}
 	}
 	res, err := r.runPhases(ctx, s, l)
