@@ -24,7 +24,7 @@ import (
 // Patch patches an object with a JSON patch, JSON merge patch, strategic merge patch (using the
 // typed struct as schema) or server-side apply (managed fields, conflicts as 409 with causes,
 // Force takes ownership; apply creates a missing object).
-func (c *Cluster) Patch(gvr schema.GroupVersionResource, namespace, name string, pt types.PatchType, data []byte, opts PatchOptions) (_ runtime.Object, err error) {
+func (c *Cluster) Patch(gvr schema.GroupVersionResource, namespace, name string, pt types.PatchType, data []byte, opts PatchOptions) (runtime.Object, error) {
 	b, err := lookup(gvr)
 	if err != nil {
 		return nil, err
@@ -44,21 +44,44 @@ func (c *Cluster) Patch(gvr schema.GroupVersionResource, namespace, name string,
 	}
 	strict := opts.FieldValidation == metav1.FieldValidationStrict
 
-	c.mu.Lock()
-	defer c.unlockDurable(&err)
 	gr := gvr.GroupResource()
-	cur := c.getLocked(gr, objectKey(namespace, name))
-
-	if pt == types.ApplyYAMLPatchType {
-		out, err := c.applyLocked(b, cur, namespace, name, data, opts, strict)
+	return c.writeOptimistically(gr, objectKey(namespace, name), func(cur client.Object) (func() (client.Object, error), error) {
+		if pt == types.ApplyYAMLPatchType {
+			next, err := b.applied(cur, namespace, name, data, opts, strict)
+			if err != nil {
+				return nil, err
+			}
+			if cur == nil {
+				return func() (client.Object, error) { return c.createAppliedLocked(b, next, opts.DryRun) }, nil
+			}
+			next, changed, err := b.prepareUpdate(cur, next, opts.Subresource, keepManagedFields)
+			if err != nil {
+				return nil, err
+			}
+			return func() (client.Object, error) { return c.commitUpdateLocked(b, cur, next, changed, opts.DryRun), nil }, nil
+		}
+		if cur == nil {
+			return nil, apierrors.NewNotFound(gr, name)
+		}
+		next, err := b.patched(cur, namespace, name, pt, data, strict)
 		if err != nil {
 			return nil, err
 		}
-		return out.DeepCopyObject(), nil
-	}
-	if cur == nil {
-		return nil, apierrors.NewNotFound(gr, name)
-	}
+		next, changed, err := b.prepareUpdate(cur, next, opts.Subresource, trackUpdate(b, opts.Subresource, opts.FieldManager, opts.SkipManagedFields))
+		if err != nil {
+			return nil, err
+		}
+		return func() (client.Object, error) { return c.commitUpdateLocked(b, cur, next, changed, opts.DryRun), nil }, nil
+	})
+}
+
+// keepManagedFields is the managed-fields step of a write whose fields the field manager
+// already recorded (server-side apply).
+func keepManagedFields(_, next client.Object) (client.Object, error) { return next, nil }
+
+// patched applies a JSON, merge or strategic merge patch to cur and decodes the result.
+func (b *kindBehavior) patched(cur client.Object, namespace, name string, pt types.PatchType, data []byte, strict bool) (client.Object, error) {
+	gr := b.info.GVR.GroupResource()
 	curJSON, err := json.Marshal(cur)
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
@@ -93,15 +116,12 @@ func (c *Cluster) Patch(gvr schema.GroupVersionResource, namespace, name string,
 	if err := checkIdentity(next, namespace, name, b.info.Namespaced); err != nil {
 		return nil, err
 	}
-	out, err := c.updateLocked(b, cur, next, opts.Subresource, opts.DryRun, trackUpdate(b, opts.Subresource, opts.FieldManager, opts.SkipManagedFields))
-	if err != nil {
-		return nil, err
-	}
-	return out.DeepCopyObject(), nil
+	return next, nil
 }
 
-// applyLocked runs server-side apply against cur (nil: the object is created). Callers hold c.mu.
-func (c *Cluster) applyLocked(b *kindBehavior, cur client.Object, namespace, name string, data []byte, opts PatchOptions, strict bool) (client.Object, error) {
+// applied runs server-side apply against cur (nil: the object is to be created) and returns the
+// result with its managed fields. It reads no cluster state but cur.
+func (b *kindBehavior) applied(cur client.Object, namespace, name string, data []byte, opts PatchOptions, strict bool) (client.Object, error) {
 	patchObj := &unstructured.Unstructured{Object: map[string]interface{}{}}
 	if err := yaml.Unmarshal(data, &patchObj.Object); err != nil {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))
@@ -149,10 +169,7 @@ func (c *Cluster) applyLocked(b *kindBehavior, cur client.Object, namespace, nam
 	if !ok {
 		return nil, apierrors.NewInternalError(fmt.Errorf("apply returned %T", res))
 	}
-	if cur == nil {
-		return c.createAppliedLocked(b, next, opts.DryRun)
-	}
-	return c.updateLocked(b, cur, next, opts.Subresource, opts.DryRun, func(_, n client.Object) (client.Object, error) { return n, nil })
+	return next, nil
 }
 
 // decodeInto decodes a patched document into a typed object; strict mode rejects unknown fields.

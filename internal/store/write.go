@@ -45,9 +45,12 @@ func (c *Cluster) Create(gvr schema.GroupVersionResource, namespace string, obj 
 	if err := b.bindNamespace(in, namespace); err != nil {
 		return nil, err
 	}
+	if in, err = b.prepareCreate(in, opts.FieldManager, opts.SkipManagedFields); err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	defer c.unlockDurable(&err)
-	out, err := c.createLocked(b, in, opts.DryRun, opts.FieldManager, opts.SkipManagedFields)
+	out, err := c.createAppliedLocked(b, in, opts.DryRun)
 	if err != nil {
 		return nil, err
 	}
@@ -82,20 +85,29 @@ func invalid(b *kindBehavior, name string, errs field.ErrorList) error {
 	return apierrors.NewInvalid(b.info.GVK().GroupKind(), name, errs)
 }
 
-// createLocked records manager's fields (an Update entry, as for any create) and stores obj, a
-// private copy the store may keep. With untracked (see CreateOptions.SkipManagedFields) an object
-// that brings no managedFields is stored without any. Callers hold c.mu.
+// createLocked records manager's fields and stores obj, a private copy the store may keep.
+// Callers hold c.mu.
 func (c *Cluster) createLocked(b *kindBehavior, obj client.Object, dryRun bool, manager string, untracked bool) (client.Object, error) {
+	obj, err := b.prepareCreate(obj, manager, untracked)
+	if err != nil {
+		return nil, err
+	}
+	return c.createAppliedLocked(b, obj, dryRun)
+}
+
+// prepareCreate records manager's fields on a new object (an Update entry, as for any create).
+// With untracked (see CreateOptions.SkipManagedFields) an object that brings no managedFields
+// gets none. It reads no cluster state, so callers run it before taking the lock.
+func (b *kindBehavior) prepareCreate(obj client.Object, manager string, untracked bool) (client.Object, error) {
 	if untracked && len(obj.GetManagedFields()) == 0 {
-		return c.createAppliedLocked(b, obj, dryRun) // it normalizes too
+		return obj, nil // createAppliedLocked normalizes
 	}
 	fm, err := fieldManagerFor(b, "")
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
 	}
 	normalize(obj) // defaults are applied before managed fields are computed, as on decode upstream
-	obj = fm.UpdateNoErrors(b.newObject(), obj, manager).(client.Object)
-	return c.createAppliedLocked(b, obj, dryRun)
+	return fm.UpdateNoErrors(b.newObject(), obj, manager).(client.Object), nil
 }
 
 // trackUpdate returns how a non-apply write by manager records managed fields (see
@@ -248,7 +260,7 @@ func (c *Cluster) checkNamespaceOpen(namespace string) error {
 
 // Update replaces an object. An empty resourceVersion is an unconditional update; a stale one is
 // a 409 Conflict. Subresource "status" changes only the status; the main resource keeps it.
-func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj runtime.Object, opts UpdateOptions) (_ runtime.Object, err error) {
+func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj runtime.Object, opts UpdateOptions) (runtime.Object, error) {
 	b, err := lookup(gvr)
 	if err != nil {
 		return nil, err
@@ -266,24 +278,62 @@ func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj 
 	if err := b.checkSubresource(opts.Subresource); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	defer c.unlockDurable(&err)
-	cur := c.getLocked(gvr.GroupResource(), objectKey(in.GetNamespace(), in.GetName()))
-	if cur == nil {
-		if b.allowCreateOnUpdate && opts.Subresource == "" && in.GetResourceVersion() == "" {
-			out, err := c.createLocked(b, in, opts.DryRun, opts.FieldManager, opts.SkipManagedFields)
+	gr, key := gvr.GroupResource(), objectKey(in.GetNamespace(), in.GetName())
+	managed := trackUpdate(b, opts.Subresource, opts.FieldManager, opts.SkipManagedFields)
+	return c.writeOptimistically(gr, key, func(cur client.Object) (func() (client.Object, error), error) {
+		if cur == nil {
+			if !b.allowCreateOnUpdate || opts.Subresource != "" || in.GetResourceVersion() != "" {
+				return nil, apierrors.NewNotFound(gr, in.GetName())
+			}
+			obj, err := b.prepareCreate(in.DeepCopyObject().(client.Object), opts.FieldManager, opts.SkipManagedFields)
 			if err != nil {
 				return nil, err
 			}
-			return out.DeepCopyObject(), nil
+			return func() (client.Object, error) { return c.createAppliedLocked(b, obj, opts.DryRun) }, nil
 		}
-		return nil, apierrors.NewNotFound(gvr.GroupResource(), in.GetName())
+		next, changed, err := b.prepareUpdate(cur, in.DeepCopyObject().(client.Object), opts.Subresource, managed)
+		if err != nil {
+			return nil, err
+		}
+		return func() (client.Object, error) { return c.commitUpdateLocked(b, cur, next, changed, opts.DryRun), nil }, nil
+	})
+}
+
+// maxWriteRetries is how often a write computed outside the lock is computed again because the
+// object changed meanwhile, before it answers 409 (kube-apiserver's patch handler allows 5).
+const maxWriteRetries = 5
+
+// writeOptimistically runs an update as kube-apiserver's GuaranteedUpdate does: prepare reads
+// the current object (nil: absent; stored objects are immutable) and does all the decoding,
+// merging, defaulting, validation and managed-fields work outside the cluster lock; the commit
+// it returns runs under the lock only if the object is still the one prepare saw, else prepare
+// runs again. Readers and other writers of the cluster never wait for a large object's merge.
+func (c *Cluster) writeOptimistically(gr schema.GroupResource, key string, prepare func(cur client.Object) (func() (client.Object, error), error)) (_ runtime.Object, err error) {
+	for range maxWriteRetries + 1 {
+		c.mu.RLock()
+		cur := c.getLocked(gr, key)
+		c.mu.RUnlock()
+		commit, err := prepare(cur)
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		if c.getLocked(gr, key) != cur {
+			c.mu.Unlock()
+			continue
+		}
+		out, err := commit()
+		c.unlockDurable(&err)
+		if err != nil {
+			return nil, err
+		}
+		return out.DeepCopyObject(), nil
 	}
-	out, err := c.updateLocked(b, cur, in, opts.Subresource, opts.DryRun, trackUpdate(b, opts.Subresource, opts.FieldManager, opts.SkipManagedFields))
-	if err != nil {
-		return nil, err
+	_, name, _ := strings.Cut(key, "/")
+	if name == "" {
+		name = key
 	}
-	return out.DeepCopyObject(), nil
+	return nil, conflict(gr, name)
 }
 
 func (b *kindBehavior) checkSubresource(sub string) error {
@@ -307,12 +357,12 @@ const registryConflictMessage = "the object has been modified; please apply your
 // managedFieldsFunc records managed fields for a change from live to next.
 type managedFieldsFunc func(live, next client.Object) (client.Object, error)
 
-// updateLocked turns next (a private copy) into the new version of cur, applying the real API
-// server's update rules, and stores it unless nothing changed. Callers hold c.mu.
-func (c *Cluster) updateLocked(b *kindBehavior, cur, next client.Object, sub string, dryRun bool, managed managedFieldsFunc) (client.Object, error) {
+// prepareUpdate turns next (a private copy) into the new version of cur by the real API server's
+// update rules, and reports whether it differs from cur. It reads no cluster state but cur.
+func (b *kindBehavior) prepareUpdate(cur, next client.Object, sub string, managed managedFieldsFunc) (client.Object, bool, error) {
 	gr := b.info.GVR.GroupResource()
 	if rv := next.GetResourceVersion(); rv != "" && rv != cur.GetResourceVersion() {
-		return nil, conflict(gr, cur.GetName())
+		return nil, false, conflict(gr, cur.GetName())
 	}
 	next.SetResourceVersion(cur.GetResourceVersion())
 	next.GetObjectKind().SetGroupVersionKind(b.info.GVK())
@@ -351,28 +401,35 @@ func (c *Cluster) updateLocked(b *kindBehavior, cur, next client.Object, sub str
 	errs = append(errs, validation.ValidateObjectMetaAccessorUpdate(next, cur, field.NewPath("metadata"))...)
 	errs = append(errs, validateKind(next)...)
 	if len(errs) > 0 {
-		return nil, invalid(b, next.GetName(), errs)
+		return nil, false, invalid(b, next.GetName(), errs)
 	}
 	var err error
 	if next, err = managed(cur, next); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	truncateManagedTimes(next)
 	next.SetResourceVersion(cur.GetResourceVersion())
-	if equality.Semantic.DeepEqual(next, cur) {
-		return cur, nil // no-op updates write nothing and send no event, like the real API server
+	// No-op updates write nothing and send no event, like the real API server.
+	return next, !equality.Semantic.DeepEqual(next, cur), nil
+}
+
+// commitUpdateLocked stores next, prepared from cur by prepareUpdate, unless it changes nothing.
+// Callers hold c.mu and have checked that cur is still the stored version.
+func (c *Cluster) commitUpdateLocked(b *kindBehavior, cur, next client.Object, changed, dryRun bool) client.Object {
+	if !changed {
+		return cur
 	}
 	if dryRun {
-		return next, nil
+		return next
 	}
 	if next.GetDeletionTimestamp() != nil && len(next.GetFinalizers()) == 0 && ptr.Deref(next.GetDeletionGracePeriodSeconds(), 0) == 0 {
 		// The last finalizer of a deleting object is gone: it is removed now (a terminating pod
 		// still waits for its kubelet).
-		return c.removeLocked(b, cur, next), nil
+		return c.removeLocked(b, cur, next)
 	}
-	c.putLocked(gr, next, cur)
+	c.putLocked(b.info.GVR.GroupResource(), next, cur)
 	c.afterOwnersChanged(next.GetNamespace(), cur.GetOwnerReferences(), next.GetOwnerReferences())
-	return next, nil
+	return next
 }
 
 // Delete deletes an object: it is removed at once unless finalizers hold it, in which case it gets
