@@ -63,6 +63,7 @@ type options struct {
 	listenerPortRange        string
 	shutdownTimeout          time.Duration
 	stateDir                 string
+	workloadStorageQuota     int64
 	profilerAddress          string
 }
 
@@ -86,7 +87,16 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.listenerPortRange, "listener-port-range", fmt.Sprintf("%d-%d", mux.DefaultPortMin, mux.DefaultPortMax), "Inclusive port range of workload cluster listeners, e.g. 20000-29999.")
 	fs.StringVar(&o.profilerAddress, "profiler-address", "", "Bind address of the pprof endpoint (e.g. 127.0.0.1:6060); empty disables it.")
 	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir(), "Directory that keeps every workload cluster's state across restarts (one bbolt database; a write is answered once it is on disk). Empty keeps state in memory only.")
+	fs.Int64Var(&o.workloadStorageQuota, "workload-storage-quota", store.DefaultStorageQuota, "Bytes each workload cluster may store (protobuf size of its objects); past it, writes fail as kube-apiserver's do when etcd's quota is exhausted. 0 or less: no quota.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "How long in-flight workload cluster requests may take on shutdown.")
+}
+
+// storageQuota maps the flag's "0 or less: none" to ClusterOptions' "negative: none".
+func storageQuota(flag int64) int64 {
+	if flag <= 0 {
+		return -1
+	}
+	return flag
 }
 
 // defaultStateDir is $XDG_STATE_HOME/goofy (else ~/.local/state/goofy); the Deployment sets
@@ -167,7 +177,8 @@ func run(ctx context.Context, o options) error {
 		log.Info("Workload cluster state is kept in memory only (--state-dir is empty)")
 	}
 	wcl, err := mux.NewWorkloadClustersMux(store.NewManager(storeOpts...), o.listenerHost,
-		mux.WithPortRange(portMin, portMax), mux.WithBindAddress(o.listenerBindAddress), mux.WithLogger(ctrl.Log.WithName("mux")))
+		mux.WithPortRange(portMin, portMax), mux.WithBindAddress(o.listenerBindAddress), mux.WithLogger(ctrl.Log.WithName("mux")),
+		mux.WithClusterOptions(store.ClusterOptions{StorageQuota: storageQuota(o.workloadStorageQuota)}))
 	if err != nil {
 		return err
 	}

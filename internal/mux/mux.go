@@ -50,12 +50,18 @@ func WithBindAddress(addr string) Option {
 	return func(m *WorkloadClustersMux) { m.bindAddress = addr }
 }
 
+// WithClusterOptions sets the options of every workload cluster's store (quota, history, ...).
+func WithClusterOptions(opts store.ClusterOptions) Option {
+	return func(m *WorkloadClustersMux) { m.clusterOpts = opts }
+}
+
 // WithLogger sets the logger.
 func WithLogger(log logr.Logger) Option { return func(m *WorkloadClustersMux) { m.log = log } }
 
 // WorkloadClustersMux owns the listeners of all workload clusters.
 type WorkloadClustersMux struct {
 	manager     *store.Manager
+	clusterOpts store.ClusterOptions
 	host        string
 	bindAddress string
 	portMin     int
@@ -138,7 +144,7 @@ func (m *WorkloadClustersMux) initListener(wclName string, port int) (*WorkloadC
 	}
 	cluster, ok := m.manager.GetCluster(wclName)
 	if !ok {
-		if cluster, err = m.manager.AddCluster(wclName, store.ClusterOptions{}); err != nil {
+		if cluster, err = m.manager.AddCluster(wclName, m.clusterOpts); err != nil {
 			return nil, fmt.Errorf("creating the store of workload cluster %s: %w", wclName, err)
 		}
 	}

@@ -43,6 +43,8 @@ type Cluster struct {
 	enc    encodedCache // encodings of recently read objects (see GetEncoded)
 	// podStopDelay: see ClusterOptions.PodStopDelay.
 	podStopDelay time.Duration
+	// bytes is the size of the stored objects (sizeOf), quota its bound (0: none).
+	bytes, quota int64
 	// db keeps the cluster's objects on disk; nil for a memory-only store.
 	db *storage.DB
 	// commit is the last write queued to db: a write method waits for it before answering.
@@ -74,13 +76,20 @@ func newCluster(name string, opts ClusterOptions, db *storage.DB) (*Cluster, err
 		name:    name,
 		version: opts.KubernetesVersion,
 		objects: map[schema.GroupResource]map[string]client.Object{},
-		hist:    history{limit: limit, ttl: ttl},
+		hist:    history{limit: limit, ttl: ttl, maxBytes: opts.EventHistoryBytes},
+		quota:   opts.StorageQuota,
 
 		podStopDelay: opts.PodStopDelay,
 		db:           db,
 	}
 	if c.podStopDelay <= 0 {
 		c.podStopDelay = DefaultPodStopDelay
+	}
+	if c.hist.maxBytes <= 0 {
+		c.hist.maxBytes = DefaultEventHistoryBytes
+	}
+	if c.quota == 0 {
+		c.quota = DefaultStorageQuota
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -232,8 +241,8 @@ func (c *Cluster) Get(gvr schema.GroupVersionResource, namespace, name string) (
 }
 
 // emit records a change in the history and wakes the watchers of its kind. Callers hold c.mu.
-func (c *Cluster) emit(typ watch.EventType, gr schema.GroupResource, key string, obj, old client.Object, rv uint64) {
-	c.hist.add(&event{typ: typ, rv: rv, at: time.Now().UnixNano(), gr: gr, key: key, obj: obj, old: old})
+func (c *Cluster) emit(typ watch.EventType, gr schema.GroupResource, key string, obj, old client.Object, rv uint64, size int) {
+	c.hist.add(&event{typ: typ, rv: rv, at: time.Now().UnixNano(), gr: gr, key: key, obj: obj, old: old, size: size})
 	if c.expiry == nil && !c.closed {
 		c.armExpiry()
 	}
@@ -277,11 +286,14 @@ func (c *Cluster) putLocked(gr schema.GroupResource, obj, old client.Object) {
 	}
 	c.indexOwners(gr, key, obj)
 	c.persistPutLocked(gr, key, obj)
+	size := sizeOf(obj)
+	c.bytes += int64(size)
 	typ := watch.Added
 	if old != nil {
 		typ = watch.Modified
+		c.bytes -= int64(sizeOf(old))
 	}
-	c.emit(typ, gr, key, obj, old, c.rv)
+	c.emit(typ, gr, key, obj, old, c.rv, size)
 }
 
 // dropLocked removes an object and records its deletion; last is a private copy of its final state.
@@ -293,7 +305,9 @@ func (c *Cluster) dropLocked(gr schema.GroupResource, old, last client.Object) {
 	c.enc.drop(objRef{gr: gr, key: key})
 	c.unindexOwners(gr, key, old)
 	c.persistDeleteLocked(gr, key)
-	c.emit(watch.Deleted, gr, key, last, old, c.rv)
+	size := sizeOf(old)
+	c.bytes -= int64(size)
+	c.emit(watch.Deleted, gr, key, last, old, c.rv, size)
 }
 
 func (c *Cluster) indexOwners(gr schema.GroupResource, key string, obj client.Object) {

@@ -142,6 +142,7 @@ func (c *Cluster) loadLocked() (bool, error) {
 		}
 		c.kindMap(gr)[key] = obj
 		c.indexOwners(gr, key, obj)
+		c.bytes += int64(sizeOf(obj))
 		if pod, ok := obj.(*corev1.Pod); ok && pod.DeletionTimestamp != nil {
 			pods = append(pods, pod)
 		}

@@ -23,6 +23,9 @@ type event struct {
 	key string
 	obj client.Object // state after the change; for Deleted the last state stamped with the deletion RV
 	old client.Object // state before the change; nil for Added
+	// size is what retaining the event keeps alive: obj's size (old's for Deleted, whose obj
+	// differs from old only in its resourceVersion).
+	size int
 }
 
 // history is the cluster's bounded event log: a ring that grows lazily up to limit entries and
@@ -34,6 +37,9 @@ type history struct {
 	n     int // number of retained events
 	limit int
 	ttl   time.Duration
+	// bytes is the size of the retained events; maxBytes bounds it, so a few large objects
+	// written often cannot pin many of their versions (the newest event is always kept).
+	bytes, maxBytes int
 	// evicted records, per kind, the RV of the newest dropped event: reading that kind's changes
 	// after an older RV is no longer possible. Nil until something is dropped.
 	evicted map[schema.GroupResource]uint64
@@ -55,6 +61,10 @@ func (h *history) add(e *event) {
 	}
 	h.buf[(h.head+h.n)%len(h.buf)] = e
 	h.n++
+	h.bytes += e.size
+	for h.bytes > h.maxBytes && h.n > 1 {
+		h.dropOldest()
+	}
 }
 
 // expire drops events older than the ttl at time now (unix nanoseconds) and gives back the
@@ -103,6 +113,7 @@ func (h *history) dropOldest() {
 		h.evicted = map[schema.GroupResource]uint64{}
 	}
 	h.evicted[e.gr] = e.rv
+	h.bytes -= e.size
 	h.buf[h.head] = nil // let the old object versions go
 	h.head = (h.head + 1) % len(h.buf)
 	h.n--

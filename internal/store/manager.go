@@ -21,6 +21,12 @@ type ClusterOptions struct {
 	EventHistory int
 	// EventHistoryTTL drops events older than this; 0 means DefaultEventHistoryTTL.
 	EventHistoryTTL time.Duration
+	// EventHistoryBytes bounds the size of the retained events (their objects' protobuf size);
+	// 0 means DefaultEventHistoryBytes.
+	EventHistoryBytes int
+	// StorageQuota bounds the size of the cluster's objects: writes beyond it answer as
+	// kube-apiserver does when etcd's quota is exhausted. 0 means DefaultStorageQuota; negative: none.
+	StorageQuota int64
 	// PodStopDelay is how long the simulated kubelet takes to stop a gracefully deleted pod's
 	// containers (never longer than the pod's grace period); 0 means DefaultPodStopDelay.
 	PodStopDelay time.Duration
@@ -31,6 +37,10 @@ const DefaultPodStopDelay = time.Second
 
 // DefaultEventHistory is the per-cluster number of retained events when ClusterOptions leaves it 0.
 const DefaultEventHistory = 4096
+
+// DefaultEventHistoryBytes is the per-cluster size of retained events when ClusterOptions leaves
+// it 0: 4096 events of a typical 1-2 KiB object fit, a few versions of a multi-MiB CRD do too.
+const DefaultEventHistoryBytes = 8 << 20
 
 // Manager owns the stores of all workload clusters.
 type Manager struct {

@@ -58,7 +58,7 @@ func (c *Cluster) Patch(gvr schema.GroupVersionResource, namespace, name string,
 			if err != nil {
 				return nil, err
 			}
-			return func() (client.Object, error) { return c.commitUpdateLocked(b, cur, next, changed, opts.DryRun), nil }, nil
+			return func() (client.Object, error) { return c.commitUpdateLocked(b, cur, next, changed, opts.DryRun) }, nil
 		}
 		if cur == nil {
 			return nil, apierrors.NewNotFound(gr, name)
@@ -71,7 +71,7 @@ func (c *Cluster) Patch(gvr schema.GroupVersionResource, namespace, name string,
 		if err != nil {
 			return nil, err
 		}
-		return func() (client.Object, error) { return c.commitUpdateLocked(b, cur, next, changed, opts.DryRun), nil }, nil
+		return func() (client.Object, error) { return c.commitUpdateLocked(b, cur, next, changed, opts.DryRun) }, nil
 	})
 }
 

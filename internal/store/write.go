@@ -188,6 +188,9 @@ func (c *Cluster) createAppliedLocked(b *kindBehavior, obj client.Object, dryRun
 	if dryRun {
 		return obj, nil
 	}
+	if err := c.admitLocked(obj, nil); err != nil {
+		return nil, err
+	}
 	c.putLocked(gr, obj, nil)
 	return obj, nil
 }
@@ -295,7 +298,7 @@ func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj 
 		if err != nil {
 			return nil, err
 		}
-		return func() (client.Object, error) { return c.commitUpdateLocked(b, cur, next, changed, opts.DryRun), nil }, nil
+		return func() (client.Object, error) { return c.commitUpdateLocked(b, cur, next, changed, opts.DryRun) }, nil
 	})
 }
 
@@ -415,21 +418,24 @@ func (b *kindBehavior) prepareUpdate(cur, next client.Object, sub string, manage
 
 // commitUpdateLocked stores next, prepared from cur by prepareUpdate, unless it changes nothing.
 // Callers hold c.mu and have checked that cur is still the stored version.
-func (c *Cluster) commitUpdateLocked(b *kindBehavior, cur, next client.Object, changed, dryRun bool) client.Object {
+func (c *Cluster) commitUpdateLocked(b *kindBehavior, cur, next client.Object, changed, dryRun bool) (client.Object, error) {
 	if !changed {
-		return cur
+		return cur, nil
 	}
 	if dryRun {
-		return next
+		return next, nil
 	}
 	if next.GetDeletionTimestamp() != nil && len(next.GetFinalizers()) == 0 && ptr.Deref(next.GetDeletionGracePeriodSeconds(), 0) == 0 {
 		// The last finalizer of a deleting object is gone: it is removed now (a terminating pod
 		// still waits for its kubelet).
-		return c.removeLocked(b, cur, next)
+		return c.removeLocked(b, cur, next), nil
+	}
+	if err := c.admitLocked(next, cur); err != nil {
+		return nil, err
 	}
 	c.putLocked(b.info.GVR.GroupResource(), next, cur)
 	c.afterOwnersChanged(next.GetNamespace(), cur.GetOwnerReferences(), next.GetOwnerReferences())
-	return next
+	return next, nil
 }
 
 // Delete deletes an object: it is removed at once unless finalizers hold it, in which case it gets
