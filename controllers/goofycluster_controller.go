@@ -27,6 +27,7 @@ import (
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
 
 // GoofyClusterReconciler gives every GoofyCluster a workload cluster endpoint served by the mux.
@@ -120,8 +121,12 @@ func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *c
 	}
 	if err != nil {
 		reason := infrav1.ListenerFailedReason
-		if errors.Is(err, mux.ErrPortRangeExhausted) {
+		switch {
+		case errors.Is(err, mux.ErrPortRangeExhausted):
 			reason = infrav1.PortRangeExhaustedReason
+		case errors.Is(err, store.ErrStateUnreadable):
+			// Never a silently empty cluster: it stays down, saying why, until the state is repaired or removed.
+			reason = infrav1.StateUnreadableReason
 		}
 		setNotReady(gc, infrav1.LoadBalancerReadyCondition, reason, err.Error())
 		setNotReady(gc, infrav1.ReadyCondition, reason, err.Error())

@@ -243,7 +243,12 @@ var testEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func newHarness(t testing.TB) *harness {
 	t.Helper()
-	stores := store.NewManager()
+	return newHarnessWith(t, store.NewManager())
+}
+
+// newHarnessWith is newHarness over the given stores (e.g. durable ones).
+func newHarnessWith(t testing.TB, stores *store.Manager) *harness {
+	t.Helper()
 	m, err := mux.NewWorkloadClustersMux(stores, "127.0.0.1", mux.WithPortRange(testPortMin, testPortMax))
 	if err != nil {
 		t.Fatal(err)

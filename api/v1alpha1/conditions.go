@@ -34,6 +34,7 @@ const (
 	DeletingReason                          = "Deleting"
 	PortRangeExhaustedReason                = "PortRangeExhausted"
 	ListenerFailedReason                    = "ListenerFailed"
+	StateUnreadableReason                   = "StateUnreadable"
 	NoFreeInstanceReason                    = "NoFreeInstance"
 	InstanceGoneReason                      = "InstanceGone"
 	AzureErrorReason                        = "AzureError"

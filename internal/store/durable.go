@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -119,6 +120,9 @@ func initialResourceVersion(onDisk uint64) uint64 {
 	return max(onDisk, uint64(time.Now().UnixMicro()))
 }
 
+// ErrStateUnreadable wraps why a cluster's state on disk cannot be loaded.
+var ErrStateUnreadable = errors.New("workload cluster state on disk is unreadable")
+
 // loadLocked restores the cluster's objects from disk and reports whether there were any. An
 // object that cannot be read fails the whole cluster: serving it without would be silent data
 // loss. Callers hold c.mu.
@@ -149,7 +153,7 @@ func (c *Cluster) loadLocked() (bool, error) {
 		return nil
 	})
 	if err != nil {
-		return false, fmt.Errorf("loading the state of workload cluster %s from %s: %w", c.name, c.db.Path(), err)
+		return false, fmt.Errorf("%w: loading %s from %s: %w", ErrStateUnreadable, c.name, c.db.Path(), err)
 	}
 	c.rv = initialResourceVersion(rv)
 	// Pods that were terminating when the process stopped: the simulated kubelet confirms them again.
