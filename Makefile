@@ -95,11 +95,18 @@ BATCH_INTERVAL ?= 0s
 PROVIDERS ?= goofy
 BENCH_TIMEOUT ?= 20m
 PROFILE ?= 30s
+# Client settings, the same for every provider when set (QPS and BURST of the client to the
+# management API server, CONCURRENCY of the infrastructure cluster and machine controllers); unset,
+# each provider runs with its shipped defaults.
+QPS ?=
+BURST ?=
+CONCURRENCY ?=
 
 .PHONY: bench
-bench: ## Scale scenario through real CAPI on a fresh management plane per provider (N, CONTROL_PLANE, WORKERS, PHASE, JITTER, BATCH, BATCH_INTERVAL, PROVIDERS="goofy capd-inmemory"); report in out/bench/.
+bench: ## Scale scenario through real CAPI on a fresh management plane per provider (N, CONTROL_PLANE, WORKERS, PHASE, JITTER, BATCH, BATCH_INTERVAL, PROVIDERS="goofy capd-inmemory", QPS, BURST, CONCURRENCY); report in out/bench/.
 	go run ./test/bench/cmd/bench -n $(N) -control-plane $(CONTROL_PLANE) -workers $(WORKERS) -phase $(PHASE) -jitter $(JITTER) \
-		-batch $(BATCH) -batch-interval $(BATCH_INTERVAL) -providers "$(PROVIDERS)" -timeout $(BENCH_TIMEOUT) -profile $(PROFILE)
+		-batch $(BATCH) -batch-interval $(BATCH_INTERVAL) -providers "$(PROVIDERS)" -timeout $(BENCH_TIMEOUT) -profile $(PROFILE) \
+		$(if $(QPS),-qps $(QPS)) $(if $(BURST),-burst $(BURST)) $(if $(CONCURRENCY),-concurrency $(CONCURRENCY))
 
 .PHONY: bench-mux
 bench-mux: ## Mux-only scale benchmark: 1,000 clusters x (3 control-plane + 3 workers) in one process under CAPI-like load.

@@ -212,17 +212,33 @@ func TestReport(t *testing.T) {
 			Phases:            map[string]Percentiles{"worker: created→nodeReady": {Count: 2, P50: 3, P90: 4, Max: 4}},
 		}
 	}
-	r := NewReport([]*Result{
-		mk("goofy", "goofy", "goofy-manager", 10, 50<<20, 100, 40),
-		mk("capd-inmemory", "capd", "capd-manager", 40, 200<<20, 400, 80),
-	})
-	g.Expect(*r.Ratios).To(Equal(Ratios{Of: "goofy", To: "capd-inmemory", CPUSeconds: 0.25, PeakRSS: 0.25, Requests: 0.25, AllAvailableSec: 0.5}))
+	goofy := mk("goofy", "goofy", "goofy-manager", 10, 50<<20, 100, 40)
+	goofy.Client = ClientSettingsUsed{QPS: "20", Burst: "30", ClusterConcurrency: "10", MachineConcurrency: "10"}
+	capd := mk("capd-inmemory", "capd", "capd-manager", 40, 200<<20, 400, 80)
+	capd.Client = ClientSettingsUsed{QPS: "100", Burst: "200", ClusterConcurrency: "50", MachineConcurrency: "50"}
+	capd.AvailableClusters, capd.NotAvailable = 1, []string{"bench-0001"}
+	r := NewReport([]*Result{goofy, capd})
+	g.Expect(*r.Ratios).To(Equal(Ratios{Of: "goofy", To: "capd-inmemory", CPUSeconds: 0.25, PeakRSS: 0.25, Requests: 0.25, AllAvailableSec: 0.5, Settings: "shipped defaults"}))
 
 	var buf bytes.Buffer
 	r.WriteText(&buf)
 	g.Expect(buf.String()).To(ContainSubstring("provider peak RSS (MiB)"))
 	g.Expect(buf.String()).To(MatchRegexp(`provider API requests\s+100\s+400`))
 	g.Expect(buf.String()).To(ContainSubstring("worker: created→nodeReady"))
+	g.Expect(buf.String()).To(MatchRegexp(`client QPS / burst\s+20 / 30\s+100 / 200`))
+	g.Expect(buf.String()).To(MatchRegexp(`concurrency clusters / machines\s+10 / 10\s+50 / 50`))
+	g.Expect(buf.String()).To(MatchRegexp(`client settings\s+shipped defaults\s+shipped defaults`))
+	g.Expect(buf.String()).To(MatchRegexp(`clusters Available\s+2/2\s+1/2`))
+	g.Expect(buf.String()).To(MatchRegexp(`clusters not Available \(stalled\)\s+0\s+1`))
+	g.Expect(buf.String()).To(ContainSubstring("capd-inmemory clusters not Available: bench-0001\n"))
+	g.Expect(buf.String()).To(ContainSubstring("goofy / capd-inmemory (shipped defaults): CPU 0.25"))
+
+	// The same settings for both: the other comparison.
+	set := ClientSettingsUsed{QPS: "100", Burst: "200", ClusterConcurrency: "50", MachineConcurrency: "50", Set: []string{"burst", "concurrency", "qps"}}
+	goofy.Client, capd.Client = set, set
+	g.Expect(NewReport([]*Result{goofy, capd}).Ratios.Settings).To(Equal("equal client settings"))
+	goofy.Client.QPS = "20"
+	g.Expect(NewReport([]*Result{goofy, capd}).Ratios.Settings).To(Equal("different client settings"))
 
 	dir := t.TempDir()
 	g.Expect(r.WriteJSON(filepath.Join(dir, "report.json"))).To(Succeed())
@@ -234,6 +250,58 @@ func TestReport(t *testing.T) {
 	img, err := png.Decode(f)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(img.Bounds().Dx()).To(BeNumerically(">", 500))
+}
+
+// TestClientSettings maps the knobs to each provider's flags and reads the shipped defaults of the
+// rest from the binary's --help (pflag's format, as both managers print it).
+func TestClientSettings(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	fake := func(name, help string) string {
+		path := filepath.Join(dir, name)
+		g.Expect(os.WriteFile(path, []byte("#!/bin/sh\ncat >&2 <<'EOF'\n"+help+"EOF\nexit 2\n"), 0o755)).To(Succeed())
+		return path
+	}
+	goofy := fake("goofy", `Usage of manager:
+      --goofycluster-concurrency int           Number of GoofyClusters reconciled in parallel. (default 10)
+      --goofymachine-concurrency int           Number of GoofyMachines reconciled in parallel. (default 10)
+      --kube-api-burst int                     Maximum burst of queries to the management cluster's API server. (default 30)
+      --kube-api-qps float32                   Maximum queries per second to the management cluster's API server. (default 20)
+      --listener-host string                   Host advertised in workload cluster endpoints. (default "127.0.0.1")
+`)
+	capd := fake("capd", `      --devcluster-concurrency int              Number of DevClusters to process simultaneously (default 50)
+      --devmachine-concurrency int              Number of DevMachines to process simultaneously (default 50)
+      --kube-api-burst int                      Maximum number of queries that should be allowed in one burst from the controller client to the Kubernetes API server. (default 200)
+      --kube-api-qps float32                    Maximum queries per second from the controller client to the Kubernetes API server. (default 100)
+`)
+
+	args, used, err := ClientSettings{}.resolve(ProviderGoofy, goofy)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(args).To(BeEmpty())
+	g.Expect(used).To(Equal(ClientSettingsUsed{QPS: "20", Burst: "30", ClusterConcurrency: "10", MachineConcurrency: "10"}))
+	g.Expect(used.Shipped()).To(BeTrue())
+	g.Expect(used.String()).To(Equal("QPS 20, burst 30, concurrency 10 clusters / 10 machines (shipped defaults)"))
+
+	args, used, err = ClientSettings{QPS: 100, Burst: 200, Concurrency: 50}.resolve(ProviderGoofy, goofy)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(args).To(Equal([]string{"--kube-api-qps=100", "--kube-api-burst=200", "--goofycluster-concurrency=50", "--goofymachine-concurrency=50"}))
+	g.Expect(used.Set).To(Equal([]string{"burst", "concurrency", "qps"}))
+
+	args, used, err = ClientSettings{QPS: 12.5, Concurrency: 7}.resolve(ProviderCAPD, capd)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(args).To(Equal([]string{"--kube-api-qps=12.5", "--devcluster-concurrency=7", "--devmachine-concurrency=7"}))
+	g.Expect(used).To(Equal(ClientSettingsUsed{QPS: "12.5", Burst: "200", ClusterConcurrency: "7", MachineConcurrency: "7", Set: []string{"concurrency", "qps"}, Args: args}))
+	g.Expect(used.String()).To(HaveSuffix("(set: concurrency, qps; the rest shipped)"))
+
+	// A binary that states no default: the value is unknown, not invented.
+	_, used, err = ClientSettings{}.resolve(ProviderCAPD, filepath.Join(dir, "missing"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(used.QPS).To(Equal("?"))
+
+	_, _, err = ClientSettings{Burst: -1}.resolve(ProviderGoofy, goofy)
+	g.Expect(err).To(HaveOccurred())
+	_, _, err = ClientSettings{}.resolve("kind", goofy)
+	g.Expect(err).To(HaveOccurred())
 }
 
 func lastBytes(b []byte, n int) []byte {

@@ -30,6 +30,9 @@ type Ratios struct {
 	PeakRSS         float64 `json:"peakRSS"`
 	Requests        float64 `json:"requests"`
 	AllAvailableSec float64 `json:"allAvailableSeconds"`
+	// Settings says which comparison this is: "shipped defaults" (each provider with its own),
+	// "equal client settings", or "different client settings".
+	Settings string `json:"clientSettings"`
 }
 
 // NewReport builds the report and, with two runs, their ratios.
@@ -49,9 +52,22 @@ func NewReport(runs []*Result) *Report {
 			PeakRSS:         div(float64(a.ProviderStats().PeakRSSBytes), float64(b.ProviderStats().PeakRSSBytes)),
 			Requests:        div(float64(a.ProviderRequests()), float64(b.ProviderRequests())),
 			AllAvailableSec: div(a.AllAvailableSeconds, b.AllAvailableSeconds),
+			Settings:        comparison(a.Client, b.Client),
 		}
 	}
 	return r
+}
+
+// comparison names what two runs' client settings make of their comparison.
+func comparison(a, b ClientSettingsUsed) string {
+	switch {
+	case a.values() == b.values():
+		return "equal client settings"
+	case a.Shipped() && b.Shipped():
+		return "shipped defaults"
+	default:
+		return "different client settings"
+	}
 }
 
 // WriteJSON writes the report as indented JSON.
@@ -89,7 +105,18 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "scenario: %d clusters × (%d control-plane + %d workers), phases %s, jitter %s, batch %d\n",
 			x.Clusters, x.ControlPlane, x.Workers, x.Phase, x.Jitter, x.BatchSize)
 	}
+	row("client QPS / burst", func(x *Result) string { return x.Client.QPS + " / " + x.Client.Burst })
+	row("concurrency clusters / machines", func(x *Result) string {
+		return x.Client.ClusterConcurrency + " / " + x.Client.MachineConcurrency
+	})
+	row("client settings", func(x *Result) string {
+		if x.Client.Shipped() {
+			return "shipped defaults"
+		}
+		return "set: " + strings.Join(x.Client.Set, ", ")
+	})
 	row("clusters Available", func(x *Result) string { return fmt.Sprintf("%d/%d", x.AvailableClusters, x.Clusters) })
+	row("clusters not Available (stalled)", func(x *Result) string { return fmt.Sprint(len(x.NotAvailable)) })
 	row("apply (s)", func(x *Result) string { return secs(x.ApplySeconds) })
 	row("apply → all Available (s)", func(x *Result) string { return secs(x.AllAvailableSeconds) })
 	row("create→Available p50 (s)", func(x *Result) string { return secs(x.CreateToAvailable.P50) })
@@ -151,13 +178,21 @@ func (r *Report) WriteText(w io.Writer) {
 				fmt.Fprintf(w, "  %-28s %7.0f %8.1f %8.3f\n", name, c.Reconciles[name], c.ReconcileSeconds[name], c.QueueWaitSeconds[name])
 			}
 		}
+		if n := len(run.NotAvailable); n > 0 {
+			names := run.NotAvailable[:min(n, 20)]
+			more := ""
+			if n > len(names) {
+				more = fmt.Sprintf(" and %d more", n-len(names))
+			}
+			fmt.Fprintf(w, "%s clusters not Available: %s%s\n", run.Provider, strings.Join(names, ", "), more)
+		}
 		if run.Error != "" {
 			fmt.Fprintf(w, "%s run failed: %s\n", run.Provider, run.Error)
 		}
 	}
 	if r.Ratios != nil {
-		fmt.Fprintf(w, "\n%s / %s: CPU %.2f, peak RSS %.2f, requests %.2f, time to all Available %.2f (targets: ≤ 0.5, ≤ 0.5, ≤ 0.5, ≤ 1)\n",
-			r.Ratios.Of, r.Ratios.To, r.Ratios.CPUSeconds, r.Ratios.PeakRSS, r.Ratios.Requests, r.Ratios.AllAvailableSec)
+		fmt.Fprintf(w, "\n%s / %s (%s): CPU %.2f, peak RSS %.2f, requests %.2f, time to all Available %.2f (targets: ≤ 0.5, ≤ 0.5, ≤ 0.5, ≤ 1)\n",
+			r.Ratios.Of, r.Ratios.To, r.Ratios.Settings, r.Ratios.CPUSeconds, r.Ratios.PeakRSS, r.Ratios.Requests, r.Ratios.AllAvailableSec)
 	}
 }
 

@@ -56,6 +56,9 @@ type Config struct {
 	GoofyPortRange string
 	// GoofyArgs are extra flags for the Goofy manager.
 	GoofyArgs []string
+	// Client sets the provider's client settings (the same knobs for either provider); zero fields
+	// leave the provider's shipped defaults.
+	Client ClientSettings
 	// ProfileWindow > 0 collects back-to-back CPU profiles of that length and a heap profile from
 	// the provider (when it serves pprof).
 	ProfileWindow time.Duration
@@ -92,8 +95,15 @@ type Result struct {
 	CreateToAvailable Percentiles `json:"createToAvailable"`
 	// Phases of Machines (watch observations): created→infraProvisioned→nodeReady.
 	Phases map[string]Percentiles `json:"phases"`
+	// NotAvailable names the clusters that did not reach Available (stalled or too slow for the
+	// timeout); empty when all did.
+	NotAvailable []string `json:"notAvailable,omitempty"`
 	// AvailableOverTime is (seconds since first apply, clusters Available) at each change.
 	AvailableOverTime [][2]float64 `json:"availableOverTime"`
+
+	// Client is what the provider's client settings were: the ones asked for, else its shipped
+	// defaults.
+	Client ClientSettingsUsed `json:"client"`
 
 	// Processes by name: CPU (scenario window and total) and peak RSS.
 	Processes map[string]ProcStats `json:"processes"`
@@ -157,6 +167,16 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 	if err != nil {
 		return err
 	}
+	binary := cfg.Binaries.Goofy
+	if cfg.Provider == ProviderCAPD {
+		binary = cfg.CAPDBinary
+	}
+	clientArgs, used, err := cfg.Client.resolve(cfg.Provider, binary)
+	if err != nil {
+		return err
+	}
+	res.Client = used
+	cfg.progress("client settings: %s", used)
 	auditFlags, auditLog, err := AuditFlags(filepath.Join(cfg.OutDir, "audit"), cfg.AuditBodies)
 	if err != nil {
 		return err
@@ -179,7 +199,8 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 	opts := harness.Options{
 		RepoRoot: cfg.RepoRoot, OutputDir: res.LogDir, Binaries: cfg.Binaries, Progress: cfg.Progress,
 		ListenerPortRange: cfg.GoofyPortRange, APIServerFlags: auditFlags,
-		SkipGoofy: cfg.Provider != ProviderGoofy, GoofyArgs: append(append([]string(nil), cfg.GoofyArgs...), "--metrics-bind-address="+metricsAddr),
+		SkipGoofy: cfg.Provider != ProviderGoofy,
+		GoofyArgs: append(append(append([]string(nil), cfg.GoofyArgs...), clientArgs...), "--metrics-bind-address="+metricsAddr),
 	}
 	if cfg.Provider == ProviderGoofy && profilerAddr != "" {
 		if supportsFlag(cfg.Binaries.Goofy, "profiler-address") {
@@ -196,8 +217,9 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 	}
 	defer plane.Stop()
 	if cfg.Provider == ProviderCAPD {
-		// CAPD runs with its own defaults (it logs at -v=2, as shipped), like Goofy.
-		args := []string{"--diagnostics-address=" + metricsAddr}
+		// CAPD runs with its own defaults (it logs at -v=2, as shipped), like Goofy, except for the
+		// client settings asked for.
+		args := append(clientArgs, "--diagnostics-address="+metricsAddr)
 		if profilerAddr != "" {
 			args = append(args, "--profiler-address="+profilerAddr)
 		}
@@ -278,6 +300,11 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 
 	avail := obs.availableTimes()
 	res.AvailableClusters = len(avail)
+	for i := range cfg.Clusters {
+		if _, ok := avail[clusterName(i)]; !ok {
+			res.NotAvailable = append(res.NotAvailable, clusterName(i))
+		}
+	}
 	var durations []time.Duration
 	var offsets []float64
 	appliedMu.Lock()

@@ -38,6 +38,13 @@ func envInt(name string, def int) int {
 	return def
 }
 
+func envFloat(name string, def float64) float64 {
+	if v, err := strconv.ParseFloat(os.Getenv(name), 64); err == nil {
+		return v
+	}
+	return def
+}
+
 func envDuration(name string, def time.Duration) time.Duration {
 	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
 		return v
@@ -66,6 +73,9 @@ func run() error {
 	k8s := flag.String("kubernetes-version", envOr("KUBERNETES_VERSION", "v1.36.3"), "Kubernetes version of the clusters")
 	portRange := flag.String("goofy-port-range", envOr("GOOFY_LISTENER_PORT_RANGE", "31000-39999"), "Goofy listener ports (CAPD uses 20000-30000)")
 	out := flag.String("out", "out/bench", "output directory")
+	qps := flag.Float64("qps", envFloat("QPS", 0), "QPS of every provider's client to the management API server; 0 keeps each provider's shipped default (env QPS)")
+	burst := flag.Int("burst", envInt("BURST", 0), "burst of every provider's client to the management API server; 0 keeps each provider's shipped default (env BURST)")
+	concurrency := flag.Int("concurrency", envInt("CONCURRENCY", 0), "infrastructure clusters and machines every provider reconciles at once (Goofy's --goofycluster/goofymachine-concurrency, CAPD's --devcluster/devmachine-concurrency); 0 keeps each provider's shipped default (env CONCURRENCY)")
 	auditBodies := flag.Bool("audit-bodies", os.Getenv("AUDIT_BODIES") != "", "log request bodies of the provider's writes to infrastructure kinds (env AUDIT_BODIES)")
 	flag.Parse()
 
@@ -117,7 +127,7 @@ func run() error {
 		res, err := bench.Run(ctx, bench.Config{
 			Provider: p, Clusters: *n, ControlPlane: *cp, Workers: *workers, Phase: *phase, Jitter: *jitter,
 			BatchSize: *batch, BatchInterval: *batchInterval, Timeout: *timeout, KubernetesVersion: *k8s,
-			GoofyPortRange: *portRange, ProfileWindow: *profile, AuditBodies: *auditBodies,
+			GoofyPortRange: *portRange, Client: bench.ClientSettings{QPS: *qps, Burst: *burst, Concurrency: *concurrency}, ProfileWindow: *profile, AuditBodies: *auditBodies,
 			RepoRoot: repo, OutDir: filepath.Join(runDir, p), Binaries: bins,
 			CAPDBinary: capdBinary, CAPDModule: capdModule, Progress: os.Stdout,
 		})
