@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg/proxy"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/workload"
 )
@@ -69,7 +70,22 @@ func benchMuxScale(b *testing.B, clusters, cps, workers int, loadFor time.Durati
 	defer klog.LogToStderr(true)
 	runtime.GC()
 	rssBefore := benchRSS()
-	m, err := NewWorkloadClustersMux(store.NewManager(), "127.0.0.1", WithPortRange(4000, 4000+clusters+99))
+	// Durable state, as shipped; GOOFY_BENCH_STATE=memory measures the memory-only store.
+	var (
+		stores *store.Manager
+		db     *storage.DB
+		err    error
+	)
+	if os.Getenv("GOOFY_BENCH_STATE") == "memory" {
+		stores = store.NewManager()
+	} else {
+		if db, err = storage.Open(b.TempDir()); err != nil {
+			b.Fatal(err)
+		}
+		defer db.Close()
+		stores = store.NewManager(store.WithStorage(db))
+	}
+	m, err := NewWorkloadClustersMux(stores, "127.0.0.1", WithPortRange(4000, 4000+clusters+99))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -291,6 +307,14 @@ func benchMuxScale(b *testing.B, clusters, cps, workers int, loadFor time.Durati
 	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "MiB-heap-inuse")
 	b.ReportMetric(float64(peakRSS.Load()-rssBefore)/(1<<20), "MiB-RSS-under-load")
 	b.ReportMetric(setupTotal.Seconds(), "s-setup-total")
+	if db != nil {
+		st := db.Stats()
+		b.ReportMetric(float64(st.Writes), "disk-writes")
+		b.ReportMetric(float64(st.Writes)/float64(max(st.Batches, 1)), "writes/fsync")
+		if fi, err := os.Stat(db.Path()); err == nil {
+			b.ReportMetric(float64(fi.Size())/(1<<20), "MiB-state-file")
+		}
+	}
 	benchReport(b, "setup", setup)
 	benchReport(b, "node-list", listLat)
 	benchReport(b, "etcd-memberlist", etcdLat)

@@ -98,7 +98,7 @@ func (l *WorkloadClusterListener) Store() *store.Cluster { return l.cluster }
 // managed-fields tracking (store.WithoutManagedFields): nothing reads ownership of the
 // simulator's own writes, and writes over HTTP are still tracked in full.
 func (l *WorkloadClusterListener) GetClient() (client.Client, error) {
-	return l.cluster.Client(store.WithoutManagedFields()), nil
+	return l.cluster.Client(store.WithoutManagedFields(), store.WithoutSyncWait()), nil
 }
 
 // RESTConfig returns a client configuration for the listener with an admin (system:masters) client

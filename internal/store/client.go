@@ -38,10 +38,16 @@ type ClientOption func(*storeClient)
 // It suits the simulator's own writes (Nodes, static Pods), which no client needs to see owned.
 func WithoutManagedFields() ClientOption { return func(s *storeClient) { s.untracked = true } }
 
+// WithoutSyncWait makes the client's writes return once queued to disk rather than once synced
+// (UpdateOptions.SkipSyncWait): for the simulator's own writes, which it derives again after a
+// crash, so that a machine's phases do not wait for fsyncs.
+func WithoutSyncWait() ClientOption { return func(s *storeClient) { s.noSyncWait = true } }
+
 // storeClient adapts controller-runtime's client options to the store's verbs.
 type storeClient struct {
-	c         *Cluster
-	untracked bool // see WithoutManagedFields
+	c          *Cluster
+	untracked  bool // see WithoutManagedFields
+	noSyncWait bool // see WithoutSyncWait
 }
 
 // defaultFieldManager names writes through Client() that set no field owner, as the real API
@@ -173,7 +179,7 @@ func (s *storeClient) Create(_ context.Context, obj client.Object, opts ...clien
 	co := (&client.CreateOptions{}).ApplyOptions(opts)
 	out, err := s.c.Create(info.GVR, obj.GetNamespace(), obj, CreateOptions{
 		DryRun: isDryRun(co.DryRun), FieldManager: managerOr(co.FieldManager), FieldValidation: co.FieldValidation,
-		SkipManagedFields: s.untracked,
+		SkipManagedFields: s.untracked, SkipSyncWait: s.noSyncWait,
 	})
 	if err != nil {
 		return err
@@ -192,7 +198,7 @@ func (s *storeClient) update(obj client.Object, sub string, uo *client.UpdateOpt
 	}
 	out, err := s.c.Update(info.GVR, obj.GetNamespace(), obj, UpdateOptions{
 		DryRun: isDryRun(uo.DryRun), FieldManager: managerOr(uo.FieldManager), FieldValidation: uo.FieldValidation, Subresource: sub,
-		SkipManagedFields: s.untracked,
+		SkipManagedFields: s.untracked, SkipSyncWait: s.noSyncWait,
 	})
 	if err != nil {
 		return err
@@ -219,7 +225,7 @@ func (s *storeClient) patch(obj client.Object, patch client.Patch, sub string, p
 	}
 	out, err := s.c.Patch(info.GVR, obj.GetNamespace(), obj.GetName(), patch.Type(), data, PatchOptions{
 		DryRun: isDryRun(po.DryRun), FieldManager: manager, FieldValidation: po.FieldValidation,
-		Force: po.Force != nil && *po.Force, Subresource: sub, SkipManagedFields: s.untracked,
+		Force: po.Force != nil && *po.Force, Subresource: sub, SkipManagedFields: s.untracked, SkipSyncWait: s.noSyncWait,
 	})
 	if err != nil {
 		return err
@@ -249,6 +255,7 @@ func (s *storeClient) apply(obj runtime.ApplyConfiguration, sub string, ao *clie
 	}
 	out, err := s.c.Patch(info.GVR, u.GetNamespace(), u.GetName(), types.ApplyYAMLPatchType, data, PatchOptions{
 		DryRun: isDryRun(ao.DryRun), FieldManager: ao.FieldManager, Force: ao.Force != nil && *ao.Force, Subresource: sub,
+		SkipSyncWait: s.noSyncWait,
 	})
 	if err != nil {
 		return err
@@ -266,14 +273,15 @@ func (s *storeClient) Delete(_ context.Context, obj client.Object, opts ...clien
 		return err
 	}
 	do := (&client.DeleteOptions{}).ApplyOptions(opts)
-	_, err = s.c.Delete(info.GVR, obj.GetNamespace(), obj.GetName(), deleteOptions(do))
+	_, err = s.c.Delete(info.GVR, obj.GetNamespace(), obj.GetName(), s.deleteOptions(do))
 	return err
 }
 
-func deleteOptions(do *client.DeleteOptions) DeleteOptions {
+func (s *storeClient) deleteOptions(do *client.DeleteOptions) DeleteOptions {
 	return DeleteOptions{
 		DryRun: isDryRun(do.DryRun), Preconditions: do.Preconditions,
 		GracePeriodSeconds: do.GracePeriodSeconds, PropagationPolicy: do.PropagationPolicy,
+		SkipSyncWait: s.noSyncWait,
 	}
 }
 
@@ -284,7 +292,7 @@ func (s *storeClient) DeleteAllOf(_ context.Context, obj client.Object, opts ...
 	}
 	dao := (&client.DeleteAllOfOptions{}).ApplyOptions(opts)
 	lo := ListOptions{LabelSelector: dao.LabelSelector, FieldSelector: dao.FieldSelector}
-	_, err = s.c.DeleteCollection(info.GVR, dao.Namespace, lo, deleteOptions(&dao.DeleteOptions))
+	_, err = s.c.DeleteCollection(info.GVR, dao.Namespace, lo, s.deleteOptions(&dao.DeleteOptions))
 	return err
 }
 

@@ -100,13 +100,17 @@ func (c *Cluster) persistDeleteLocked(gr schema.GroupResource, key string) {
 	}
 }
 
-// unlockDurable releases c.mu after a write and waits until everything queued so far is on disk,
-// so that no client is told of a write a crash could lose. Batches commit in queue order, so the
+// unlockDurable releases c.mu after a write and (unless skipWait, see UpdateOptions.SkipSyncWait)
+// waits until everything queued so far is on disk, so that no client is told of a write a crash
+// could lose. Batches commit in queue order, so the
 // last queued write being on disk means all earlier ones are. The wait happens outside the lock:
 // readers and other writers go on while the disk syncs, and their writes join the next batch.
-func (c *Cluster) unlockDurable(errp *error) {
+func (c *Cluster) unlockDurable(errp *error, skipWait bool) {
 	commit := c.commit
 	c.mu.Unlock()
+	if skipWait {
+		return
+	}
 	if err := commit.Wait(); err != nil && *errp == nil {
 		*errp = apierrors.NewInternalError(fmt.Errorf("storage of workload cluster %s: %w", c.name, err))
 	}

@@ -27,6 +27,8 @@ type CreateOptions struct {
 	FieldValidation string
 	// SkipManagedFields: see UpdateOptions.
 	SkipManagedFields bool
+	// SkipSyncWait: see UpdateOptions.
+	SkipSyncWait bool
 }
 
 // UpdateOptions tune Update. Subresource "status" updates only the status.
@@ -42,6 +44,10 @@ type UpdateOptions struct {
 	// usual, so appliers keep their ownership and conflicts. The first server-side apply on an
 	// untracked object attributes its existing fields to "before-first-apply", as upstream does.
 	SkipManagedFields bool
+	// SkipSyncWait answers once the write is queued to disk, in order with every other write,
+	// instead of once it is synced. For the simulator's own writes (Nodes, static pods, kubeadm
+	// objects), which it derives again after a crash; never for a client's.
+	SkipSyncWait bool
 }
 
 // PatchOptions tune Patch. Force only applies to server-side apply.
@@ -53,6 +59,8 @@ type PatchOptions struct {
 	FieldValidation string
 	// SkipManagedFields: see UpdateOptions. Server-side apply ignores it: it always tracks.
 	SkipManagedFields bool
+	// SkipSyncWait: see UpdateOptions.
+	SkipSyncWait bool
 }
 
 // DeleteOptions tune Delete and DeleteCollection.
@@ -61,4 +69,6 @@ type DeleteOptions struct {
 	Preconditions      *metav1.Preconditions
 	GracePeriodSeconds *int64
 	PropagationPolicy  *metav1.DeletionPropagation
+	// SkipSyncWait: see UpdateOptions.
+	SkipSyncWait bool
 }

@@ -49,7 +49,7 @@ func (c *Cluster) Create(gvr schema.GroupVersionResource, namespace string, obj 
 		return nil, err
 	}
 	c.mu.Lock()
-	defer c.unlockDurable(&err)
+	defer c.unlockDurable(&err, opts.SkipSyncWait)
 	out, err := c.createAppliedLocked(b, in, opts.DryRun)
 	if err != nil {
 		return nil, err
@@ -283,7 +283,7 @@ func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj 
 	}
 	gr, key := gvr.GroupResource(), objectKey(in.GetNamespace(), in.GetName())
 	managed := trackUpdate(b, opts.Subresource, opts.FieldManager, opts.SkipManagedFields)
-	return c.writeOptimistically(gr, key, func(cur client.Object) (func() (client.Object, error), error) {
+	return c.writeOptimistically(gr, key, opts.SkipSyncWait, func(cur client.Object) (func() (client.Object, error), error) {
 		if cur == nil {
 			if !b.allowCreateOnUpdate || opts.Subresource != "" || in.GetResourceVersion() != "" {
 				return nil, apierrors.NewNotFound(gr, in.GetName())
@@ -311,7 +311,7 @@ const maxWriteRetries = 5
 // merging, defaulting, validation and managed-fields work outside the cluster lock; the commit
 // it returns runs under the lock only if the object is still the one prepare saw, else prepare
 // runs again. Readers and other writers of the cluster never wait for a large object's merge.
-func (c *Cluster) writeOptimistically(gr schema.GroupResource, key string, prepare func(cur client.Object) (func() (client.Object, error), error)) (_ runtime.Object, err error) {
+func (c *Cluster) writeOptimistically(gr schema.GroupResource, key string, skipSyncWait bool, prepare func(cur client.Object) (func() (client.Object, error), error)) (_ runtime.Object, err error) {
 	for range maxWriteRetries + 1 {
 		c.mu.RLock()
 		cur := c.getLocked(gr, key)
@@ -326,7 +326,7 @@ func (c *Cluster) writeOptimistically(gr schema.GroupResource, key string, prepa
 			continue
 		}
 		out, err := commit()
-		c.unlockDurable(&err)
+		c.unlockDurable(&err, skipSyncWait)
 		if err != nil {
 			return nil, err
 		}
@@ -450,7 +450,7 @@ func (c *Cluster) Delete(gvr schema.GroupVersionResource, namespace, name string
 		return nil, err
 	}
 	c.mu.Lock()
-	defer c.unlockDurable(&err)
+	defer c.unlockDurable(&err, opts.SkipSyncWait)
 	cur := c.getLocked(gvr.GroupResource(), objectKey(namespace, name))
 	if cur == nil {
 		return nil, apierrors.NewNotFound(gvr.GroupResource(), name)
@@ -808,7 +808,7 @@ func (c *Cluster) DeleteCollection(gvr schema.GroupVersionResource, namespace st
 		return nil, err
 	}
 	c.mu.Lock()
-	defer c.unlockDurable(&err)
+	defer c.unlockDurable(&err, opts.SkipSyncWait)
 	m := c.objects[gvr.GroupResource()]
 	var out []client.Object
 	for _, key := range namespacedKeys(m, namespace) {
