@@ -9,8 +9,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -308,31 +309,6 @@ func (c *Cluster) dropLocked(gr schema.GroupResource, old, last client.Object) {
 	size := sizeOf(old)
 	c.bytes -= int64(size)
 	c.emit(watch.Deleted, gr, key, last, old, c.rv, size)
-}
-
-func (c *Cluster) indexOwners(gr schema.GroupResource, key string, obj client.Object) {
-	for _, ref := range obj.GetOwnerReferences() {
-		if c.deps == nil {
-			c.deps = map[types.UID]map[objRef]struct{}{}
-		}
-		set := c.deps[ref.UID]
-		if set == nil {
-			set = map[objRef]struct{}{}
-			c.deps[ref.UID] = set
-		}
-		set[objRef{gr, key}] = struct{}{}
-	}
-}
-
-func (c *Cluster) unindexOwners(gr schema.GroupResource, key string, obj client.Object) {
-	for _, ref := range obj.GetOwnerReferences() {
-		if set := c.deps[ref.UID]; set != nil {
-			delete(set, objRef{gr, key})
-			if len(set) == 0 {
-				delete(c.deps, ref.UID)
-			}
-		}
-	}
 }
 
 // namespacedKeys returns the sorted keys of the kind's objects, limited to a namespace if given.

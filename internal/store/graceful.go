@@ -5,7 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -83,49 +83,4 @@ func (c *Cluster) shortenGracePeriodLocked(b *kindBehavior, cur client.Object, r
 		return cur
 	}
 	return c.removeLocked(b, cur, cur.DeepCopyObject().(client.Object))
-}
-
-// scheduleKubeletStop makes the simulated kubelet confirm that pod has stopped, after the stop
-// delay or its grace period, whichever is shorter.
-func (c *Cluster) scheduleKubeletStop(pod client.Object, period int64) {
-	delay := min(c.podStopDelay, time.Duration(period)*time.Second)
-	key, uid := objectKey(pod.GetNamespace(), pod.GetName()), pod.GetUID()
-	time.AfterFunc(delay, func() { c.kubeletStopped(key, uid) })
-}
-
-// kubeletStopped deletes the pod with a grace period of 0, as kubelet does once the containers
-// are gone: it is removed, or kept with deletionGracePeriodSeconds 0 while finalizers remain. A
-// pod that was removed or replaced (another UID) in the meantime is left alone.
-func (c *Cluster) kubeletStopped(key string, uid types.UID) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return
-	}
-	cur := c.getLocked(podsGR, key)
-	if cur == nil || cur.GetUID() != uid || cur.GetDeletionTimestamp() == nil {
-		return
-	}
-	b, ok := behaviorForGR(podsGR)
-	if !ok {
-		return
-	}
-	zero := int64(0)
-	c.shortenGracePeriodLocked(b, cur, &zero)
-}
-
-// collectPodsOfNode force-deletes the pods bound to a node that is gone, as the pod garbage
-// collector does (upstream waits out a 40 s quarantine first): no kubelet is left to confirm
-// their termination. Finalizers still hold a pod.
-func (c *Cluster) collectPodsOfNode(node string) {
-	b, ok := behaviorForGR(podsGR)
-	if !ok {
-		return
-	}
-	zero := int64(0)
-	for _, obj := range c.objects[podsGR] {
-		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName == node {
-			c.deleteLocked(b, pod, metav1.DeletePropagationBackground, &zero)
-		}
-	}
 }

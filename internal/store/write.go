@@ -8,14 +8,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/validation"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -28,9 +28,6 @@ const maxGenerateNameAttempts = 8
 
 // maxGeneratedNameLength leaves room for the 5 random characters in a 63-character name.
 const maxGeneratedNameLength = 63 - 5
-
-// immortalNamespaces cannot be deleted, as the real NamespaceLifecycle admission enforces.
-var immortalNamespaces = map[string]bool{metav1.NamespaceDefault: true, metav1.NamespaceSystem: true, metav1.NamespacePublic: true}
 
 // Create stores a new object.
 func (c *Cluster) Create(gvr schema.GroupVersionResource, namespace string, obj runtime.Object, opts CreateOptions) (_ runtime.Object, err error) {
@@ -240,25 +237,6 @@ func normalize(obj client.Object) {
 		}
 		s.StringData = nil
 	}
-}
-
-// checkNamespaceOpen refuses content in a missing or terminating namespace.
-func (c *Cluster) checkNamespaceOpen(namespace string) error {
-	ns := c.getLocked(namespacesGVR.GroupResource(), namespace)
-	if ns == nil {
-		return apierrors.NewNotFound(namespacesGVR.GroupResource(), namespace)
-	}
-	if ns.GetDeletionTimestamp() != nil || ns.(*corev1.Namespace).Status.Phase == corev1.NamespaceTerminating {
-		err := apierrors.NewForbidden(namespacesGVR.GroupResource(), namespace,
-			fmt.Errorf("unable to create new content in namespace %s because it is being terminated", namespace))
-		err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
-			Type:    corev1.NamespaceTerminatingCause,
-			Message: fmt.Sprintf("namespace %s is being terminated", namespace),
-			Field:   "metadata.namespace",
-		})
-		return err
-	}
-	return nil
 }
 
 // Update replaces an object. An empty resourceVersion is an unconditional update; a stale one is
@@ -584,214 +562,6 @@ func (c *Cluster) removeLocked(b *kindBehavior, cur, last client.Object) client.
 func behaviorForGR(gr schema.GroupResource) (*kindBehavior, bool) {
 	b, ok := shared().byGR[gr]
 	return b, ok
-}
-
-// ownerOf resolves an owner reference of an object in namespace to the stored owner, if it exists
-// with the referenced UID.
-func (c *Cluster) ownerOf(namespace string, ref metav1.OwnerReference) (*kindBehavior, client.Object) {
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	if err != nil {
-		return nil, nil
-	}
-	info, ok := shared().byGVK[gv.WithKind(ref.Kind)]
-	if !ok {
-		return nil, nil
-	}
-	b, _ := behaviorFor(info.GVR)
-	ns := namespace
-	if !info.Namespaced {
-		ns = ""
-	}
-	obj := c.getLocked(info.GVR.GroupResource(), objectKey(ns, ref.Name))
-	if obj == nil || obj.GetUID() != ref.UID {
-		return nil, nil
-	}
-	return b, obj
-}
-
-// ownerAlive reports whether the owner a reference names still exists. Owners of kinds this
-// store does not serve cannot be checked and count as alive, so their dependents are kept, as the
-// real garbage collector keeps dependents whose owners it cannot resolve.
-func (c *Cluster) ownerAlive(namespace string, ref metav1.OwnerReference) bool {
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	if err != nil {
-		return true
-	}
-	if _, ok := shared().byGVK[gv.WithKind(ref.Kind)]; !ok {
-		return true
-	}
-	_, o := c.ownerOf(namespace, ref)
-	return o != nil
-}
-
-// collectDependents deletes the dependents of a removed owner whose owners are now all gone, and
-// drops the dangling reference from dependents that still have a live owner (the GC's job).
-func (c *Cluster) collectDependents(owner client.Object) {
-	for ref := range c.deps[owner.GetUID()] {
-		dep := c.getLocked(ref.gr, ref.key)
-		if dep == nil {
-			continue
-		}
-		db, _ := behaviorForGR(ref.gr)
-		alive := false
-		for _, r := range dep.GetOwnerReferences() {
-			if r.UID == owner.GetUID() {
-				continue
-			}
-			if c.ownerAlive(dep.GetNamespace(), r) {
-				alive = true
-			}
-		}
-		if alive {
-			c.dropOwnerRef(db, dep, owner.GetUID())
-			continue
-		}
-		c.deleteLocked(db, dep, metav1.DeletePropagationBackground, nil)
-	}
-}
-
-// orphanDependents removes the owner's references from its dependents.
-func (c *Cluster) orphanDependents(owner client.Object) {
-	for ref := range c.deps[owner.GetUID()] {
-		if dep := c.getLocked(ref.gr, ref.key); dep != nil {
-			db, _ := behaviorForGR(ref.gr)
-			c.dropOwnerRef(db, dep, owner.GetUID())
-		}
-	}
-}
-
-func (c *Cluster) dropOwnerRef(b *kindBehavior, dep client.Object, uid types.UID) {
-	next := dep.DeepCopyObject().(client.Object)
-	var refs []metav1.OwnerReference
-	for _, r := range next.GetOwnerReferences() {
-		if r.UID != uid {
-			refs = append(refs, r)
-		}
-	}
-	next.SetOwnerReferences(refs)
-	c.putLocked(b.info.GVR.GroupResource(), next, dep)
-}
-
-// afterOwnersChanged lets owners in foreground deletion finish when a dependent left them.
-func (c *Cluster) afterOwnersChanged(namespace string, before, after []metav1.OwnerReference) {
-	for _, r := range before {
-		still := false
-		for _, a := range after {
-			if a.UID == r.UID && a.BlockOwnerDeletion != nil && *a.BlockOwnerDeletion {
-				still = true
-			}
-		}
-		if still {
-			continue
-		}
-		if ob, o := c.ownerOf(namespace, r); o != nil {
-			c.finishForeground(ob, o.GetNamespace(), o.GetName())
-		}
-	}
-}
-
-// finishForeground completes a foreground deletion once no dependent blocks it.
-func (c *Cluster) finishForeground(b *kindBehavior, namespace, name string) {
-	gr := b.info.GVR.GroupResource()
-	owner := c.getLocked(gr, objectKey(namespace, name))
-	if owner == nil || owner.GetDeletionTimestamp() == nil || !hasFinalizer(owner, metav1.FinalizerDeleteDependents) {
-		return
-	}
-	for ref := range c.deps[owner.GetUID()] {
-		dep := c.getLocked(ref.gr, ref.key)
-		if dep == nil {
-			continue
-		}
-		for _, r := range dep.GetOwnerReferences() {
-			if r.UID == owner.GetUID() && r.BlockOwnerDeletion != nil && *r.BlockOwnerDeletion {
-				return
-			}
-		}
-	}
-	next := owner.DeepCopyObject().(client.Object)
-	next.SetFinalizers(without(next.GetFinalizers(), metav1.FinalizerDeleteDependents))
-	if len(next.GetFinalizers()) == 0 {
-		c.removeLocked(b, owner, next)
-		return
-	}
-	c.putLocked(gr, next, owner)
-}
-
-func hasFinalizer(obj client.Object, f string) bool {
-	for _, x := range obj.GetFinalizers() {
-		if x == f {
-			return true
-		}
-	}
-	return false
-}
-
-func without(list []string, s string) []string {
-	var out []string
-	for _, x := range list {
-		if x != s {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
-// deleteNamespaceLocked marks the namespace Terminating, deletes its content and finishes the
-// namespace once the content is gone, as the namespace controller does.
-func (c *Cluster) deleteNamespaceLocked(b *kindBehavior, cur client.Object) client.Object {
-	next := markDeleting(cur, 0).(*corev1.Namespace)
-	next.SetDeletionGracePeriodSeconds(nil)
-	next.Status.Phase = corev1.NamespaceTerminating
-	c.putLocked(b.info.GVR.GroupResource(), next, cur)
-	for gr, m := range c.objects {
-		db, ok := behaviorForGR(gr)
-		if !ok || !db.info.Namespaced {
-			continue
-		}
-		for _, key := range namespacedKeys(m, next.Name) {
-			if obj := c.getLocked(gr, key); obj != nil {
-				c.deleteLocked(db, obj, metav1.DeletePropagationBackground, nil)
-			}
-		}
-	}
-	c.finishNamespace(next.Name)
-	if out := c.getLocked(b.info.GVR.GroupResource(), next.Name); out != nil {
-		return out
-	}
-	return next
-}
-
-// finishNamespace removes a terminating namespace once nothing is left in it.
-func (c *Cluster) finishNamespace(name string) {
-	gr := namespacesGVR.GroupResource()
-	obj := c.getLocked(gr, name)
-	if obj == nil || obj.GetDeletionTimestamp() == nil {
-		return
-	}
-	prefix := name + "/"
-	for _, m := range c.objects {
-		for key := range m {
-			if strings.HasPrefix(key, prefix) {
-				return
-			}
-		}
-	}
-	next := obj.DeepCopyObject().(*corev1.Namespace)
-	var fins []corev1.FinalizerName
-	for _, f := range next.Spec.Finalizers {
-		if f != corev1.FinalizerKubernetes {
-			fins = append(fins, f)
-		}
-	}
-	next.Spec.Finalizers = fins
-	b, _ := behaviorFor(namespacesGVR)
-	if len(fins) == 0 && len(next.Finalizers) == 0 {
-		c.removeLocked(b, obj, next)
-		return
-	}
-	if !equality.Semantic.DeepEqual(next, obj) {
-		c.putLocked(gr, next, obj)
-	}
 }
 
 // DeleteCollection deletes all matching objects and returns them as a list.

@@ -1,0 +1,40 @@
+package store
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The kubelet's part of pod deletion: it confirms that a gracefully deleted pod's containers have
+// stopped.
+
+// scheduleKubeletStop makes the simulated kubelet confirm that pod has stopped, after the stop
+// delay or its grace period, whichever is shorter.
+func (c *Cluster) scheduleKubeletStop(pod client.Object, period int64) {
+	delay := min(c.podStopDelay, time.Duration(period)*time.Second)
+	key, uid := objectKey(pod.GetNamespace(), pod.GetName()), pod.GetUID()
+	time.AfterFunc(delay, func() { c.kubeletStopped(key, uid) })
+}
+
+// kubeletStopped deletes the pod with a grace period of 0, as kubelet does once the containers
+// are gone: it is removed, or kept with deletionGracePeriodSeconds 0 while finalizers remain. A
+// pod that was removed or replaced (another UID) in the meantime is left alone.
+func (c *Cluster) kubeletStopped(key string, uid types.UID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	cur := c.getLocked(podsGR, key)
+	if cur == nil || cur.GetUID() != uid || cur.GetDeletionTimestamp() == nil {
+		return
+	}
+	b, ok := behaviorForGR(podsGR)
+	if !ok {
+		return
+	}
+	zero := int64(0)
+	c.shortenGracePeriodLocked(b, cur, &zero)
+}
