@@ -136,7 +136,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	info, err := h.infoFact.NewRequestInfo(r)
+	info, err := h.requestInfo(r)
 	if err != nil {
 		h.writeError(w, r, notFound())
 		return
@@ -158,6 +158,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // readOnly answers 405 for anything but GET/HEAD on the non-resource paths.
+// requestInfo is the request's RequestInfo as the filter chain in front of the handler parsed it
+// (the mux's, as kube-apiserver's WithRequestInfo), parsed here only when the handler serves alone.
+func (h *handler) requestInfo(r *http.Request) (*apirequest.RequestInfo, error) {
+	if info, ok := apirequest.RequestInfoFrom(r.Context()); ok {
+		return info, nil
+	}
+	return h.infoFact.NewRequestInfo(r)
+}
+
 func (h *handler) readOnly(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method == http.MethodGet || r.Method == http.MethodHead {
 		return true

@@ -93,6 +93,10 @@ func (h *handler) serveSubresource(rq *reqScope) {
 			h.writeError(rq.w, rq.r, notFound())
 			return
 		}
+		if _, parsed := apirequest.RequestInfoFrom(rq.r.Context()); parsed {
+			h.opts.PortForward.ServeHTTP(rq.w, rq.r)
+			return
+		}
 		info, _ := h.infoFact.NewRequestInfo(rq.r)
 		h.opts.PortForward.ServeHTTP(rq.w, rq.r.WithContext(apirequest.WithRequestInfo(rq.r.Context(), info)))
 	default:

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	genericfilters "k8s.io/apiserver/pkg/endpoints/filters"
+
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -366,7 +368,9 @@ func (l *WorkloadClusterListener) tlsConfigFor(hello *tls.ClientHelloInfo) (*tls
 
 // routes sends gRPC on an etcd member's server name to the fake etcd, the rest to the API server.
 func (l *WorkloadClusterListener) routes(api http.Handler) http.Handler {
-	authenticated := authenticate(instrument(api))
+	// kube-apiserver's order: the request is parsed once (genericfilters.WithRequestInfo), then
+	// authenticated; metrics and the API server read the parsed RequestInfo from the context.
+	authenticated := genericfilters.WithRequestInfo(authenticate(instrument(api)), requestInfoFactory)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
 			member := r.TLS.ServerName

@@ -80,11 +80,11 @@ func (s *statusRecorder) Flush() {
 // Unwrap lets http.ResponseController reach the connection (hijack for port-forward upgrades).
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// instrument counts requests and records latency.
+// instrument counts requests and records latency. It runs behind withRequestInfo.
 func instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		verb, resource := "other", "other"
-		if info, err := requestInfoFactory.NewRequestInfo(r); err == nil {
+		if info, ok := request.RequestInfoFrom(r.Context()); ok {
 			if info.IsResourceRequest {
 				verb = info.Verb
 				if knownResources.Has(info.Resource) {
