@@ -58,41 +58,12 @@ func TestServeDurable(t *testing.T) {
 // it and the process.
 func startDurableServer(t *testing.T, dir string) (*kubernetes.Clientset, *exec.Cmd) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestServeDurable$", "-test.count=1")
-	cmd.Env = append(os.Environ(), durableServeEnv+"="+dir)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
+	addr, cmd := startServerProcess(t, "TestServeDurable", durableServeEnv+"="+dir)
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: "http://" + addr, QPS: -1, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	lines := bufio.NewScanner(stdout)
-	for lines.Scan() {
-		if addr, ok := strings.CutPrefix(lines.Text(), "ADDR "); ok {
-			cs, err := kubernetes.NewForConfig(&rest.Config{Host: "http://" + addr, QPS: -1, Timeout: 10 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			go func() { // keep draining, so the child never blocks on a full pipe
-				for lines.Scan() {
-				}
-			}()
-			return cs, cmd
-		}
-	}
-	t.Fatalf("the server process printed no address: %v", lines.Err())
-	return nil, nil
+	return cs, cmd
 }
 
 // TestSIGKILLLosesNoAcknowledgedWrite: 16 clients create and update ConfigMaps against a server
@@ -156,7 +127,6 @@ func TestSIGKILLLosesNoAcknowledgedWrite(t *testing.T) {
 	}
 	time.Sleep(1500 * time.Millisecond)
 	g.Expect(cmd.Process.Signal(syscall.SIGKILL)).To(Succeed())
-	_ = cmd.Wait()
 	wg.Wait()
 	t.Logf("%d writes acknowledged in 1.5 s by %d clients before SIGKILL", acked, writers)
 	g.Expect(acked).To(BeNumerically(">", writers), "the storm did not get going")

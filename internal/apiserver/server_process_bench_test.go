@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -164,31 +163,7 @@ func benchNode(b *testing.B, cl *http.Client, base string) string {
 }
 
 func benchGETServerProcess(b *testing.B, mode string, setup func(*testing.B, *http.Client, string) string, accept string) {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestServeForBenchmark$", "-test.count=1")
-	cmd.Env = append(os.Environ(), serveEnv+"="+mode, fmt.Sprintf("GOMAXPROCS=%d", runtime.GOMAXPROCS(0)))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = stdin.Close(); _ = cmd.Wait() }()
-	var addr string
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if a, ok := strings.CutPrefix(sc.Text(), "ADDR "); ok {
-			addr = a
-			break
-		}
-	}
-	if addr == "" {
-		b.Fatal("server process did not start")
-	}
+	addr, cmd := startServerProcess(b, "TestServeForBenchmark", serveEnv+"="+mode, fmt.Sprintf("GOMAXPROCS=%d", runtime.GOMAXPROCS(0)))
 	cl := benchClient()
 	url := setup(b, cl, "http://"+addr)
 	req, err := http.NewRequest("GET", url, nil)
