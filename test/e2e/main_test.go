@@ -36,6 +36,14 @@ var (
 
 const maxClusters = 3
 
+// Listener ports: the suite's manager takes its few from suitePorts, the stress test's own manager
+// (stress_test.go) its range from stressPorts, so the two never share one. Both stay below the
+// kernel's ephemeral range (see freeConsecutivePorts).
+var (
+	suitePorts  = [2]int{20000, 29999}
+	stressPorts = [2]int{30000, 32767}
+)
+
 func TestMain(m *testing.M) {
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // envtest's own logging; the plane reports progress itself
@@ -85,7 +93,7 @@ func prepare() string {
 		}
 	}
 	runDir = filepath.Join(repoRoot, "out", "e2e", "suite-"+time.Now().Format("20060102-150405"))
-	first, err := freeConsecutivePorts(maxClusters)
+	first, err := freeConsecutivePorts(maxClusters, suitePorts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
@@ -95,6 +103,8 @@ func prepare() string {
 	plane, err = harness.Start(ctx, harness.Options{
 		RepoRoot: repoRoot, OutputDir: runDir, Binaries: bins, Progress: os.Stderr,
 		ListenerPortRange: fmt.Sprintf("%d-%d", portRange[0], portRange[1]),
+		// Only the suite's namespace: the stress test runs its own manager for its own namespace.
+		GoofyArgs: []string{"--namespace=" + ns},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: starting the management plane:", err)
@@ -104,14 +114,14 @@ func prepare() string {
 	return ""
 }
 
-// freeConsecutivePorts finds n consecutive free loopback ports in 20000-39999 outside the
-// kernel's ephemeral port range: a port that is free now but ephemeral can become the local end
+// freeConsecutivePorts finds n consecutive free loopback ports in the inclusive range within and
+// outside the kernel's ephemeral port range: a port that is free now but ephemeral can become the local end
 // of any outgoing connection (kube-apiserver to etcd, say), and the Goofy manager then finds no
 // free port in a range this small.
-func freeConsecutivePorts(n int) (int, error) {
+func freeConsecutivePorts(n int, within [2]int) (int, error) {
 	ephemeralLo, ephemeralHi := ephemeralPortRange()
 	var bases []int
-	for base := 20000; base+n-1 < 40000; base += n {
+	for base := within[0]; base+n-1 <= within[1]; base += n {
 		if base+n-1 < ephemeralLo || base > ephemeralHi {
 			bases = append(bases, base)
 		}
@@ -132,7 +142,7 @@ func freeConsecutivePorts(n int) (int, error) {
 			return base, nil
 		}
 	}
-	return 0, fmt.Errorf("no %d consecutive free ports outside the ephemeral range", n)
+	return 0, fmt.Errorf("no %d consecutive free ports in %d-%d outside the ephemeral range", n, within[0], within[1])
 }
 
 // ephemeralPortRange is Linux's ip_local_port_range (its default when unreadable).
