@@ -10,6 +10,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 )
 
 // FileName is the database file inside the state directory.
@@ -211,7 +212,7 @@ func (db *DB) commitPending() {
 func apply(tx *bolt.Tx, w write, value []byte) error {
 	name := []byte(w.bucket)
 	if w.drop {
-		if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+		if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
 			return fmt.Errorf("dropping the state of %s: %w", w.bucket, err)
 		}
 		return nil
