@@ -95,19 +95,19 @@ func newCluster(name string, opts ClusterOptions, db *storage.DB) (*Cluster, err
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.rv = initialResourceVersion(0)
+	loaded := false
 	if db != nil {
-		loaded, err := c.loadLocked()
-		if err != nil {
+		var err error
+		if loaded, err = c.loadLocked(); err != nil {
 			return nil, err
-		}
-		if loaded {
-			c.hist.floor = c.rv
-			return c, nil
 		}
 	}
 	// Nothing before this point can be replayed: clients holding older resourceVersions (from an
 	// earlier life of this cluster) get 410 Gone and relist, as after an etcd compaction.
 	c.hist.floor = c.rv
+	if loaded {
+		return c, nil
+	}
 	b, _ := behaviorFor(namespacesGVR)
 	for _, ns := range defaultNamespaces {
 		obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}

@@ -45,7 +45,7 @@ func (c *Cluster) Patch(gvr schema.GroupVersionResource, namespace, name string,
 	strict := opts.FieldValidation == metav1.FieldValidationStrict
 
 	gr := gvr.GroupResource()
-	return c.writeOptimistically(gr, objectKey(namespace, name), opts.SkipSyncWait, func(cur client.Object) (func() (client.Object, error), error) {
+	return c.writeOptimistically(gr, namespace, name, opts.SkipSyncWait, func(cur client.Object) (func() (client.Object, error), error) {
 		if pt == types.ApplyYAMLPatchType {
 			next, err := b.applied(cur, namespace, name, data, opts, strict)
 			if err != nil {

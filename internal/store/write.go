@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -259,9 +258,9 @@ func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj 
 	if err := b.checkSubresource(opts.Subresource); err != nil {
 		return nil, err
 	}
-	gr, key := gvr.GroupResource(), objectKey(in.GetNamespace(), in.GetName())
+	gr := gvr.GroupResource()
 	managed := trackUpdate(b, opts.Subresource, opts.FieldManager, opts.SkipManagedFields)
-	return c.writeOptimistically(gr, key, opts.SkipSyncWait, func(cur client.Object) (func() (client.Object, error), error) {
+	return c.writeOptimistically(gr, in.GetNamespace(), in.GetName(), opts.SkipSyncWait, func(cur client.Object) (func() (client.Object, error), error) {
 		if cur == nil {
 			if !b.allowCreateOnUpdate || opts.Subresource != "" || in.GetResourceVersion() != "" {
 				return nil, apierrors.NewNotFound(gr, in.GetName())
@@ -289,7 +288,8 @@ const maxWriteRetries = 5
 // merging, defaulting, validation and managed-fields work outside the cluster lock; the commit
 // it returns runs under the lock only if the object is still the one prepare saw, else prepare
 // runs again. Readers and other writers of the cluster never wait for a large object's merge.
-func (c *Cluster) writeOptimistically(gr schema.GroupResource, key string, skipSyncWait bool, prepare func(cur client.Object) (func() (client.Object, error), error)) (_ runtime.Object, err error) {
+func (c *Cluster) writeOptimistically(gr schema.GroupResource, namespace, name string, skipSyncWait bool, prepare func(cur client.Object) (func() (client.Object, error), error)) (_ runtime.Object, err error) {
+	key := objectKey(namespace, name)
 	for range maxWriteRetries + 1 {
 		c.mu.RLock()
 		cur := c.getLocked(gr, key)
@@ -309,10 +309,6 @@ func (c *Cluster) writeOptimistically(gr schema.GroupResource, key string, skipS
 			return nil, err
 		}
 		return out.DeepCopyObject(), nil
-	}
-	_, name, _ := strings.Cut(key, "/")
-	if name == "" {
-		name = key
 	}
 	return nil, conflict(gr, name)
 }
