@@ -1,7 +1,6 @@
 package apiserver
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"mime"
@@ -12,12 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
-	kjson "sigs.k8s.io/json"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
@@ -139,91 +135,4 @@ func patchType(r *http.Request) (types.PatchType, error) {
 		}
 	}
 	return "", negotiation.NewUnsupportedMediaTypeError(patchTypes)
-}
-
-// validatePatchFields finds unknown and duplicate fields a patch would write, and answers them
-// like upstream: 422 in Strict, Warning headers in Warn. Malformed patches are left to the store,
-// which reports them precisely.
-func (h *handler) validatePatchFields(rq *reqScope, pt types.PatchType, body []byte, directive string) error {
-	if directive == metav1.FieldValidationIgnore {
-		return nil
-	}
-	sv := getServing()
-	yamlInfo, _ := runtime.SerializerInfoForMediaType(sv.objects.SupportedMediaTypes(), runtime.ContentTypeYAML)
-	jsonInfo, _ := runtime.SerializerInfoForMediaType(sv.objects.SupportedMediaTypes(), runtime.ContentTypeJSON)
-	var strictErrs []error
-	probe, probeDec := body, jsonInfo.StrictSerializer
-	switch pt {
-	case types.ApplyYAMLPatchType:
-		probeDec = yamlInfo.StrictSerializer
-	case types.StrategicMergePatchType:
-		var m map[string]any
-		errs, err := kjson.UnmarshalStrict(body, &m)
-		if err != nil {
-			return nil
-		}
-		strictErrs = errs
-		stripDirectives(m)
-		if probe, err = json.Marshal(m); err != nil {
-			return nil
-		}
-	case types.JSONPatchType:
-		// The operations' paths only mean something applied to the current object.
-		cur, err := h.c.Get(rq.gvr, rq.ns, rq.name)
-		if err != nil {
-			return nil
-		}
-		curJSON, err := runtime.Encode(sv.objects.EncoderForVersion(jsonInfo.Serializer, rq.gvr.GroupVersion()), cur)
-		if err != nil {
-			return nil
-		}
-		p, err := store.DecodeJSONPatch(body)
-		if err != nil {
-			return nil
-		}
-		if probe, err = p.Apply(curJSON); err != nil {
-			return nil
-		}
-	}
-	gvk := rq.gvr.GroupVersion().WithKind(rq.ri.Kind)
-	into, err := store.Scheme().New(gvk)
-	if err != nil {
-		return nil
-	}
-	if _, _, err := probeDec.Decode(probe, &gvk, into); err != nil {
-		strictErr, ok := runtime.AsStrictDecodingError(err)
-		if !ok {
-			return nil
-		}
-		strictErrs = append(strictErrs, strictErr.Errors()...)
-	}
-	if len(strictErrs) == 0 {
-		return nil
-	}
-	if directive == metav1.FieldValidationWarn {
-		addWarnings(rq.w, errorStrings(strictErrs))
-		return nil
-	}
-	return apierrors.NewInvalid(schema.GroupKind{}, "", field.ErrorList{
-		field.Invalid(field.NewPath("patch"), summarize(body, 200), runtime.NewStrictDecodingError(strictErrs).Error()),
-	})
-}
-
-// stripDirectives removes strategic-merge-patch directives ($patch, $setElementOrder/...,
-// $retainKeys, $deleteFromPrimitiveList/...) so that what remains is a partial object.
-func stripDirectives(v any) {
-	switch t := v.(type) {
-	case map[string]any:
-		for k, child := range t {
-			if strings.HasPrefix(k, "$") {
-				delete(t, k)
-				continue
-			}
-			stripDirectives(child)
-		}
-	case []any:
-		for _, child := range t {
-			stripDirectives(child)
-		}
-	}
 }

@@ -37,7 +37,9 @@ func TestErrorStatuses(t *testing.T) {
 		{"unknown field strict", "POST", cmPath + "?fieldValidation=Strict", js, "", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"},"bogus":1}`, 400, metav1.StatusReasonBadRequest},
 		{"duplicate field strict", "POST", cmPath + "?fieldValidation=Strict", js, "", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"},"data":{},"data":{}}`, 400, metav1.StatusReasonBadRequest},
 		{"unknown field strict patch", "PATCH", cmPath + "/exists?fieldValidation=Strict", "application/merge-patch+json", "", `{"bogus":1}`, 422, metav1.StatusReasonInvalid},
-		{"unknown field strict smp", "PATCH", cmPath + "/exists?fieldValidation=Strict", "application/strategic-merge-patch+json", "", `{"data":{"a":"b"},"$patch":"merge","bogus":1}`, 422, metav1.StatusReasonInvalid},
+		{"unknown field strict smp", "PATCH", cmPath + "/exists?fieldValidation=Strict", "application/strategic-merge-patch+json", "", `{"data":{"$patch":"replace","a":"b"},"bogus":1}`, 422, metav1.StatusReasonInvalid},
+		// Upstream applies the patch before it looks for unknown fields, so a bad directive is a 400.
+		{"bad smp directive", "PATCH", cmPath + "/exists?fieldValidation=Strict", "application/strategic-merge-patch+json", "", `{"data":{"a":"b"},"$patch":"merge","bogus":1}`, 400, metav1.StatusReasonBadRequest},
 		{"unknown field strict json patch", "PATCH", cmPath + "/exists?fieldValidation=Strict", "application/json-patch+json", "", `[{"op":"add","path":"/bogus","value":1}]`, 422, metav1.StatusReasonInvalid},
 		{"bad fieldValidation", "POST", cmPath + "?fieldValidation=Maybe", js, "", okCM, 422, metav1.StatusReasonInvalid},
 		{"invalid name", "POST", cmPath, js, "", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"Not_Valid"}}`, 422, metav1.StatusReasonInvalid},

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
@@ -325,31 +324,20 @@ func (h *handler) servePatch(rq *reqScope) {
 		h.writeError(rq.w, rq.r, err)
 		return
 	}
-	directive := fieldValidation(opts.FieldValidation)
-	existed := true
-	if pt == types.ApplyPatchType {
-		// Apply creates a missing object, and then answers 201 like upstream.
-		if _, err := h.c.Get(rq.gvr, rq.ns, rq.name); apierrors.IsNotFound(err) {
-			existed = false
-		}
-	}
-	if err := h.validatePatchFields(rq, pt, body, directive); err != nil {
-		h.writeError(rq.w, rq.r, err)
-		return
-	}
-	out, err := h.c.Patch(rq.gvr, rq.ns, rq.name, pt, body, store.PatchOptions{
+	res, err := h.c.PatchObject(rq.gvr, rq.ns, rq.name, pt, body, store.PatchOptions{
 		DryRun: len(opts.DryRun) > 0, FieldManager: opts.FieldManager, Force: opts.Force != nil && *opts.Force,
-		Subresource: rq.sub, FieldValidation: directive,
+		Subresource: rq.sub, FieldValidation: fieldValidation(opts.FieldValidation),
 	})
 	if err != nil {
 		h.writeError(rq.w, rq.r, err)
 		return
 	}
+	addWarnings(rq.w, res.Warnings)
 	code := http.StatusOK
-	if !existed {
-		code = http.StatusCreated
+	if res.Created {
+		code = http.StatusCreated // apply created it
 	}
-	h.writeObject(rq, code, out)
+	h.writeObject(rq, code, res.Object)
 }
 
 // deleteOptions reads DeleteOptions from the body when there is one, else from the query, and

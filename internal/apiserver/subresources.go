@@ -1,15 +1,12 @@
 package apiserver
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
-	jsonpatch "gopkg.in/evanphx/json-patch.v4"
-	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -20,11 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"sigs.k8s.io/yaml"
 
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/kinds"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
 
@@ -107,48 +104,13 @@ func (h *handler) serveSubresource(rq *reqScope) {
 // --- scale ---
 
 // scaleOf reads the autoscaling/v1 Scale view of a scalable workload.
-func scaleOf(obj runtime.Object) (*autoscalingv1.Scale, error) {
-	s := &autoscalingv1.Scale{}
-	var sel string
-	switch o := obj.(type) {
-	case *appsv1.Deployment:
-		s.ObjectMeta, s.Spec.Replicas, s.Status.Replicas, sel = o.ObjectMeta, replicas(o.Spec.Replicas), o.Status.Replicas, formatSelector(o.Spec.Selector)
-	case *appsv1.ReplicaSet:
-		s.ObjectMeta, s.Spec.Replicas, s.Status.Replicas, sel = o.ObjectMeta, replicas(o.Spec.Replicas), o.Status.Replicas, formatSelector(o.Spec.Selector)
-	case *appsv1.StatefulSet:
-		s.ObjectMeta, s.Spec.Replicas, s.Status.Replicas, sel = o.ObjectMeta, replicas(o.Spec.Replicas), o.Status.Replicas, formatSelector(o.Spec.Selector)
-	case *corev1.ReplicationController:
-		s.ObjectMeta, s.Spec.Replicas, s.Status.Replicas = o.ObjectMeta, replicas(o.Spec.Replicas), o.Status.Replicas
-		sel = labels.SelectorFromSet(o.Spec.Selector).String()
-	default:
-		return nil, apierrors.NewInternalError(fmt.Errorf("%T has no scale subresource", obj))
+func scaleOf(gvr schema.GroupVersionResource, obj runtime.Object) (*autoscalingv1.Scale, *kinds.Scale, error) {
+	strategy, ok := kinds.For(gvr)
+	if !ok || strategy.Scale() == nil {
+		return nil, nil, apierrors.NewInternalError(fmt.Errorf("%v has no scale subresource", gvr))
 	}
-	// Scale carries identity only, like upstream.
-	s.ObjectMeta = metav1.ObjectMeta{Name: s.Name, Namespace: s.Namespace, UID: s.UID,
-		ResourceVersion: s.ResourceVersion, CreationTimestamp: s.CreationTimestamp}
-	s.Status.Selector = sel
-	return s, nil
-}
-
-func formatSelector(sel *metav1.LabelSelector) string {
-	s, err := metav1.LabelSelectorAsSelector(sel)
-	if err != nil {
-		return ""
-	}
-	return s.String()
-}
-
-func setReplicas(obj runtime.Object, n int32) {
-	switch o := obj.(type) {
-	case *appsv1.Deployment:
-		o.Spec.Replicas = &n
-	case *appsv1.ReplicaSet:
-		o.Spec.Replicas = &n
-	case *appsv1.StatefulSet:
-		o.Spec.Replicas = &n
-	case *corev1.ReplicationController:
-		o.Spec.Replicas = &n
-	}
+	scale := strategy.Scale()
+	return scale.ScaleOf(obj), scale, nil
 }
 
 // serveScale translates the scale subresource onto the workload's spec.replicas.
@@ -160,7 +122,7 @@ func (h *handler) serveScale(rq *reqScope) {
 		h.writeError(rq.w, rq.r, err)
 		return
 	}
-	cur, err := scaleOf(obj)
+	cur, scale, err := scaleOf(rq.gvr, obj)
 	if err != nil {
 		h.writeError(rq.w, rq.r, err)
 		return
@@ -204,7 +166,7 @@ func (h *handler) serveScale(rq *reqScope) {
 			h.writeError(rq.w, rq.r, err)
 			return
 		}
-		if want, err = patchScale(cur, pt, body); err != nil {
+		if want, err = patchScale(cur, pt, body, fieldValidation(opts.FieldValidation)); err != nil {
 			h.writeError(rq.w, rq.r, err)
 			return
 		}
@@ -220,18 +182,13 @@ func (h *handler) serveScale(rq *reqScope) {
 			return
 		}
 	}
-	setReplicas(obj, want.Spec.Replicas)
+	scale.SetReplicas(obj, want.Spec.Replicas)
 	out, err := h.c.Update(rq.gvr, rq.ns, obj, store.UpdateOptions{DryRun: len(dryRun) > 0, FieldManager: "scale"})
 	if err != nil {
 		h.writeError(rq.w, rq.r, err)
 		return
 	}
-	s, err := scaleOf(out)
-	if err != nil {
-		h.writeError(rq.w, rq.r, err)
-		return
-	}
-	h.writeWith(rq, http.StatusOK, s, sv.scale, scaleGV)
+	h.writeWith(rq, http.StatusOK, scale.ScaleOf(out), sv.scale, scaleGV)
 }
 
 func setResourceVersion(obj runtime.Object, rv string) error {
@@ -265,47 +222,22 @@ func (h *handler) decodeScale(rq *reqScope) (*autoscalingv1.Scale, error) {
 	return s, nil
 }
 
-// patchScale applies a patch to the Scale view. Server-side apply on scale is treated as a
-// merge of the applied fields (no managed-fields tracking for the Scale view).
-func patchScale(cur *autoscalingv1.Scale, pt types.PatchType, body []byte) (*autoscalingv1.Scale, error) {
-	cur = cur.DeepCopy()
-	cur.APIVersion, cur.Kind = "autoscaling/v1", "Scale"
-	orig, err := json.Marshal(cur)
-	if err != nil {
-		return nil, apierrors.NewInternalError(err)
-	}
-	var patched []byte
-	switch pt {
-	case types.JSONPatchType:
-		p, err := store.DecodeJSONPatch(body)
-		if err != nil {
-			return nil, err
-		}
-		if patched, err = p.Apply(orig); err != nil {
-			return nil, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "", schema.GroupResource{}, "", err.Error(), 0, false)
-		}
-	case types.MergePatchType:
-		if patched, err = jsonpatch.MergePatch(orig, body); err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
-		}
-	case types.StrategicMergePatchType:
-		if patched, err = strategicpatch.StrategicMergePatch(orig, body, &autoscalingv1.Scale{}); err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
-		}
-	case types.ApplyYAMLPatchType:
+// patchScale applies a patch to the Scale view through the store's one patch path, with the Scale
+// as the schema. Server-side apply on scale is a merge of the applied fields (the Scale view keeps
+// no managed fields).
+func patchScale(cur *autoscalingv1.Scale, pt types.PatchType, body []byte, directive string) (*autoscalingv1.Scale, error) {
+	if pt == types.ApplyYAMLPatchType {
 		js, err := yaml.YAMLToJSON(body)
-		if err == nil {
-			patched, err = jsonpatch.MergePatch(orig, js)
-		}
 		if err != nil {
 			return nil, apierrors.NewBadRequest(err.Error())
 		}
+		pt, body = types.MergePatchType, js
 	}
-	out := &autoscalingv1.Scale{}
-	if err := json.Unmarshal(patched, out); err != nil {
-		return nil, apierrors.NewBadRequest(err.Error())
+	out, _, err := store.PatchTyped(cur, pt, body, directive)
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	return out.(*autoscalingv1.Scale), nil
 }
 
 // --- eviction ---

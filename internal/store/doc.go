@@ -2,7 +2,10 @@
 // server.
 //
 // A Manager holds one Cluster per workload cluster. A Cluster keeps typed objects (from the
-// shared Scheme) in per-kind maps and applies the rules of the real API server's registry:
+// shared Scheme) in per-kind maps, and its generic verbs (write.go, patch.go, list.go, watch.go)
+// run each kind's strategy from package kinds through k8s.io/apiserver's rest.BeforeCreate,
+// rest.BeforeUpdate and rest.BeforeDelete, as kube-apiserver's generic registry does. Together
+// they apply the rules of the real API server's registry:
 // uid/creationTimestamp/generateName, a per-cluster monotonic resourceVersion, generation bumped
 // only by spec changes, status subresource semantics, finalizers and deletionTimestamp,
 // owner-reference garbage collection (Background, Foreground, Orphan), namespace lifecycle,

@@ -3,12 +3,16 @@ package store
 import (
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // The kubelet's part of pod deletion: it confirms that a gracefully deleted pod's containers have
-// stopped.
+// stopped. Deleting a pod that runs on a node sets deletionTimestamp to now + the grace period and
+// deletionGracePeriodSeconds (the pod strategy's CheckGracefulDelete, package kinds), and the pod
+// stays Terminating until its kubelet deletes it with a grace period of 0. The simulated kubelet
+// answers after ClusterOptions.PodStopDelay, or after the grace period when that is shorter.
 
 // scheduleKubeletStop makes the simulated kubelet confirm that pod has stopped, after the stop
 // delay or its grace period, whichever is shorter.
@@ -36,5 +40,5 @@ func (c *Cluster) kubeletStopped(key string, uid types.UID) {
 		return
 	}
 	zero := int64(0)
-	c.shortenGracePeriodLocked(b, cur, &zero)
+	c.deleteLocked(b, cur, metav1.DeletePropagationBackground, &zero)
 }

@@ -35,7 +35,7 @@ func (s selection) matches(b *kindBehavior, obj client.Object) bool {
 	if s.label != nil && !s.label.Empty() && !s.label.Matches(labels.Set(obj.GetLabels())) {
 		return false
 	}
-	if s.field != nil && !s.field.Empty() && !s.field.Matches(b.fieldsOf(obj)) {
+	if s.field != nil && !s.field.Empty() && !s.field.Matches(b.strategy.SelectableFields(obj)) {
 		return false
 	}
 	return true
@@ -47,7 +47,7 @@ func (b *kindBehavior) selectors(opts ListOptions) (selection, error) {
 	sel := selection{label: opts.LabelSelector}
 	if opts.FieldSelector != nil && !opts.FieldSelector.Empty() {
 		f, err := opts.FieldSelector.Transform(func(field, value string) (string, string, error) {
-			l, ok := b.fieldLabel(field)
+			l, ok := b.strategy.FieldLabel(field)
 			if !ok {
 				return "", "", fmt.Errorf("field label not supported: %s", field)
 			}

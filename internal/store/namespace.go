@@ -40,7 +40,7 @@ func (c *Cluster) checkNamespaceOpen(namespace string) error {
 // deleteNamespaceLocked marks the namespace Terminating, deletes its content and finishes the
 // namespace once the content is gone, as the namespace controller does.
 func (c *Cluster) deleteNamespaceLocked(b *kindBehavior, cur client.Object) client.Object {
-	next := markDeleting(cur, 0).(*corev1.Namespace)
+	next := markDeleting(cur).(*corev1.Namespace)
 	next.SetDeletionGracePeriodSeconds(nil)
 	next.Status.Phase = corev1.NamespaceTerminating
 	c.putLocked(b.info.GVR.GroupResource(), next, cur)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/mergepatch"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -25,34 +27,58 @@ import (
 // typed struct as schema) or server-side apply (managed fields, conflicts as 409 with causes,
 // Force takes ownership; apply creates a missing object).
 func (c *Cluster) Patch(gvr schema.GroupVersionResource, namespace, name string, pt types.PatchType, data []byte, opts PatchOptions) (runtime.Object, error) {
+	res, err := c.PatchObject(gvr, namespace, name, pt, data, opts)
+	return res.Object, err
+}
+
+// PatchResult is the outcome of a patch.
+type PatchResult struct {
+	Object runtime.Object
+	// Created: server-side apply created the object (kube-apiserver answers 201).
+	Created bool
+	// Warnings are the unknown and duplicate fields found with fieldValidation Warn.
+	Warnings []string
+}
+
+// PatchObject is Patch for the API server: one path decodes the patch, applies it, validates the
+// fields (opts.FieldValidation: Strict answers unknown or duplicate fields with 422, Warn returns
+// them as warnings, Ignore drops them) and prepares the write, and it says whether apply created
+// the object.
+func (c *Cluster) PatchObject(gvr schema.GroupVersionResource, namespace, name string, pt types.PatchType, data []byte, opts PatchOptions) (PatchResult, error) {
 	b, err := lookup(gvr)
 	if err != nil {
-		return nil, err
+		return PatchResult{}, err
 	}
 	if namespace, err = b.requestNamespace(namespace); err != nil {
-		return nil, err
+		return PatchResult{}, err
 	}
 	if err := b.checkSubresource(opts.Subresource); err != nil {
-		return nil, err
+		return PatchResult{}, err
 	}
 	po := metav1.PatchOptions{FieldManager: opts.FieldManager, FieldValidation: opts.FieldValidation}
 	if opts.Force {
 		po.Force = &opts.Force
 	}
 	if errs := metav1validation.ValidatePatchOptions(&po, pt); len(errs) > 0 {
-		return nil, apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: "PatchOptions"}, "", errs)
+		return PatchResult{}, apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: "PatchOptions"}, "", errs)
 	}
-	strict := opts.FieldValidation == metav1.FieldValidationStrict
 
 	gr := gvr.GroupResource()
-	return c.writeOptimistically(gr, namespace, name, opts.SkipSyncWait, func(cur client.Object) (func() (client.Object, error), error) {
+	var res PatchResult
+	out, err := c.writeOptimistically(gr, namespace, name, opts.SkipSyncWait, func(cur client.Object) (func() (client.Object, error), error) {
+		res = PatchResult{Created: cur == nil}
 		if pt == types.ApplyYAMLPatchType {
-			next, err := b.applied(cur, namespace, name, data, opts, strict)
+			next, warnings, err := b.applied(cur, namespace, name, data, opts)
 			if err != nil {
 				return nil, err
 			}
+			res.Warnings = warnings
 			if cur == nil {
-				return func() (client.Object, error) { return c.createAppliedLocked(b, next, opts.DryRun) }, nil
+				generated, err := b.beforeCreate(namespace, next)
+				if err != nil {
+					return nil, err
+				}
+				return func() (client.Object, error) { return c.commitCreateLocked(b, next, generated, opts.DryRun) }, nil
 			}
 			next, changed, err := b.prepareUpdate(cur, next, opts.Subresource, keepManagedFields)
 			if err != nil {
@@ -63,8 +89,13 @@ func (c *Cluster) Patch(gvr schema.GroupVersionResource, namespace, name string,
 		if cur == nil {
 			return nil, apierrors.NewNotFound(gr, name)
 		}
-		next, err := b.patched(cur, namespace, name, pt, data, strict)
+		patched, warnings, err := PatchTyped(cur, pt, data, opts.FieldValidation)
 		if err != nil {
+			return nil, err
+		}
+		res.Warnings = warnings
+		next := patched.(client.Object)
+		if err := checkIdentity(next, namespace, name, b.info.Namespaced); err != nil {
 			return nil, err
 		}
 		next, changed, err := b.prepareUpdate(cur, next, opts.Subresource, trackUpdate(b, opts.Subresource, opts.FieldManager, opts.SkipManagedFields))
@@ -73,66 +104,117 @@ func (c *Cluster) Patch(gvr schema.GroupVersionResource, namespace, name string,
 		}
 		return func() (client.Object, error) { return c.commitUpdateLocked(b, cur, next, changed, opts.DryRun) }, nil
 	})
+	if err != nil {
+		return PatchResult{}, err
+	}
+	res.Object = out
+	return res, nil
 }
 
 // keepManagedFields is the managed-fields step of a write whose fields the field manager
 // already recorded (server-side apply).
 func keepManagedFields(_, next client.Object) (client.Object, error) { return next, nil }
 
-// patched applies a JSON, merge or strategic merge patch to cur and decodes the result.
-func (b *kindBehavior) patched(cur client.Object, namespace, name string, pt types.PatchType, data []byte, strict bool) (client.Object, error) {
-	gr := b.info.GVR.GroupResource()
+// PatchTyped applies a JSON patch, JSON merge patch or strategic merge patch to cur, a typed
+// object whose Go type is also the strategic merge schema, and decodes the result into a new
+// object of that type, as kube-apiserver's patch handler does: the patch is decoded and applied
+// once. With directive Strict or Warn the patch's duplicate fields and the result's unknown fields
+// are found: Strict answers them with 422, Warn returns them as warnings.
+func PatchTyped(cur runtime.Object, pt types.PatchType, data []byte, directive string) (runtime.Object, []string, error) {
+	validate := directive == metav1.FieldValidationStrict || directive == metav1.FieldValidationWarn
 	curJSON, err := json.Marshal(cur)
 	if err != nil {
-		return nil, apierrors.NewInternalError(err)
+		return nil, nil, apierrors.NewInternalError(err)
 	}
 	var patched []byte
+	var strictErrs []error
 	switch pt {
 	case types.JSONPatchType:
 		p, err := DecodeJSONPatch(data)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if validate {
+			var ops []map[string]any
+			errs, _ := kjson.UnmarshalStrict(data, &ops)
+			for _, e := range errs {
+				strictErrs = append(strictErrs, fmt.Errorf("json patch %w", e))
+			}
 		}
 		if patched, err = p.Apply(curJSON); err != nil {
-			return nil, unprocessable(err)
+			return nil, nil, unprocessable(err)
 		}
 	case types.MergePatchType:
+		if validate {
+			var m map[string]any
+			if strictErrs, err = kjson.UnmarshalStrict(data, &m); err != nil {
+				return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding patch: %v", err))
+			}
+		}
 		if patched, err = jsonpatch.MergePatch(curJSON, data); err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
+			return nil, nil, apierrors.NewBadRequest(err.Error())
 		}
 	case types.StrategicMergePatchType:
-		if patched, err = strategicpatch.StrategicMergePatch(curJSON, data, b.newObject()); err != nil {
-			return nil, smpError(err)
+		if validate {
+			var m map[string]any
+			if strictErrs, err = kjson.UnmarshalStrict(data, &m); err != nil {
+				return nil, nil, apierrors.NewBadRequest(err.Error())
+			}
+		}
+		if patched, err = strategicpatch.StrategicMergePatch(curJSON, data, cur); err != nil {
+			return nil, nil, smpError(err)
 		}
 	default:
-		return nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "patch", gr, name,
+		return nil, nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "patch", schema.GroupResource{}, "",
 			fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s, %s",
 				types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType, types.ApplyYAMLPatchType), 0, false)
 	}
-	next := b.newObject()
-	if err := decodeInto(patched, next, strict); err != nil {
-		return nil, err
+	next := reflect.New(reflect.TypeOf(cur).Elem()).Interface().(runtime.Object)
+	if !validate {
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(patched, next); err != nil {
+			return nil, nil, apierrors.NewBadRequest(err.Error())
+		}
+		return next, nil, nil
 	}
-	if err := checkIdentity(next, namespace, name, b.info.Namespaced); err != nil {
-		return nil, err
+	unknown, err := kjson.UnmarshalStrict(patched, next)
+	if err != nil {
+		return nil, nil, apierrors.NewBadRequest(err.Error())
 	}
-	return next, nil
+	if strictErrs = append(strictErrs, unknown...); len(strictErrs) == 0 {
+		return next, nil, nil
+	}
+	if directive == metav1.FieldValidationWarn {
+		warnings := make([]string, len(strictErrs))
+		for i, e := range strictErrs {
+			warnings[i] = e.Error()
+		}
+		return next, warnings, nil
+	}
+	return nil, nil, apierrors.NewInvalid(schema.GroupKind{}, "", field.ErrorList{
+		field.Invalid(field.NewPath("patch"), string(patched), runtime.NewStrictDecodingError(strictErrs).Error()),
+	})
 }
 
 // applied runs server-side apply against cur (nil: the object is to be created) and returns the
 // result with its managed fields. It reads no cluster state but cur.
-func (b *kindBehavior) applied(cur client.Object, namespace, name string, data []byte, opts PatchOptions, strict bool) (client.Object, error) {
+func (b *kindBehavior) applied(cur client.Object, namespace, name string, data []byte, opts PatchOptions) (client.Object, []string, error) {
 	patchObj := &unstructured.Unstructured{Object: map[string]interface{}{}}
 	if err := yaml.Unmarshal(data, &patchObj.Object); err != nil {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))
+		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))
 	}
-	if strict {
+	var warnings []string
+	switch opts.FieldValidation {
+	case metav1.FieldValidationStrict, metav1.FieldValidationWarn:
+		// Duplicate fields; unknown ones fail the apply against the kind's schema in any mode.
 		if err := yaml.UnmarshalStrict(data, &map[string]interface{}{}); err != nil {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("error strict decoding YAML: %v", err))
+			if opts.FieldValidation == metav1.FieldValidationStrict {
+				return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("error strict decoding YAML: %v", err))
+			}
+			warnings = append(warnings, err.Error())
 		}
 	}
 	if gvk := patchObj.GroupVersionKind(); gvk != b.info.GVK() {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("apply patch must be for %s, got apiVersion %q kind %q",
+		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("apply patch must be for %s, got apiVersion %q kind %q",
 			b.info.GVK(), patchObj.GetAPIVersion(), patchObj.GetKind()))
 	}
 	if patchObj.GetName() == "" {
@@ -142,12 +224,12 @@ func (b *kindBehavior) applied(cur client.Object, namespace, name string, data [
 		patchObj.SetNamespace(namespace)
 	}
 	if err := checkIdentity(patchObj, namespace, name, b.info.Namespaced); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	live := cur
 	if live == nil {
 		if opts.Subresource != "" {
-			return nil, apierrors.NewNotFound(b.info.GVR.GroupResource(), name)
+			return nil, nil, apierrors.NewNotFound(b.info.GVR.GroupResource(), name)
 		}
 		live = b.newObject()
 		live.SetName(name)
@@ -155,39 +237,21 @@ func (b *kindBehavior) applied(cur client.Object, namespace, name string, data [
 	}
 	fm, err := fieldManagerFor(b, opts.Subresource)
 	if err != nil {
-		return nil, apierrors.NewInternalError(err)
+		return nil, nil, apierrors.NewInternalError(err)
 	}
 	res, err := fm.Apply(live, patchObj, opts.FieldManager, opts.Force)
 	if err != nil {
 		var status apierrors.APIStatus
 		if errors.As(err, &status) {
-			return nil, err
+			return nil, nil, err
 		}
-		return nil, apierrors.NewBadRequest(err.Error())
+		return nil, nil, apierrors.NewBadRequest(err.Error())
 	}
 	next, ok := res.(client.Object)
 	if !ok {
-		return nil, apierrors.NewInternalError(fmt.Errorf("apply returned %T", res))
+		return nil, nil, apierrors.NewInternalError(fmt.Errorf("apply returned %T", res))
 	}
-	return next, nil
-}
-
-// decodeInto decodes a patched document into a typed object; strict mode rejects unknown fields.
-func decodeInto(data []byte, obj client.Object, strict bool) error {
-	if strict {
-		strictErrs, err := kjson.UnmarshalStrict(data, obj)
-		if err != nil {
-			return apierrors.NewBadRequest(err.Error())
-		}
-		if len(strictErrs) > 0 {
-			return apierrors.NewBadRequest(fmt.Sprintf("strict decoding error: %v", errors.Join(strictErrs...)))
-		}
-		return nil
-	}
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(data, obj); err != nil {
-		return apierrors.NewBadRequest(err.Error())
-	}
-	return nil
+	return next, warnings, nil
 }
 
 // checkIdentity refuses a body whose name or namespace differs from the request's.

@@ -92,7 +92,8 @@ func TestPatchErrors(t *testing.T) {
 		{"malformed strategic patch", "p", types.StrategicMergePatchType, `[`, PatchOptions{}, http.StatusBadRequest},
 		{"stale resourceVersion", "p", types.MergePatchType, `{"metadata":{"resourceVersion":"1"}}`, PatchOptions{}, http.StatusConflict},
 		{"rename", "p", types.MergePatchType, `{"metadata":{"name":"q"}}`, PatchOptions{}, http.StatusBadRequest},
-		{"unknown field strict", "p", types.MergePatchType, `{"spec":{"bogus":1}}`, PatchOptions{FieldValidation: "Strict"}, http.StatusBadRequest},
+		{"unknown field strict", "p", types.MergePatchType, `{"spec":{"bogus":1}}`, PatchOptions{FieldValidation: "Strict"}, http.StatusUnprocessableEntity}, // upstream: Invalid, field "patch"
+		{"unknown field warned", "p", types.MergePatchType, `{"spec":{"bogus":2}}`, PatchOptions{FieldValidation: "Warn"}, 0},
 		{"unknown field ignored", "p", types.MergePatchType, `{"spec":{"bogus":1}}`, PatchOptions{FieldValidation: "Ignore"}, 0},
 		{"unknown patch type", "p", types.PatchType("text/plain"), `x`, PatchOptions{}, http.StatusUnsupportedMediaType},
 		{"force on non-apply", "p", types.MergePatchType, `{}`, PatchOptions{Force: true}, http.StatusUnprocessableEntity},
@@ -294,4 +295,34 @@ regarding: {kind: Pod, name: p, namespace: default}
 			g.Expect(err).NotTo(HaveOccurred(), "applying the same values is shared ownership, not a conflict")
 		})
 	}
+}
+
+// One patch path: PatchObject reports fieldValidation=Warn findings (the patch's duplicate fields
+// and the result's unknown ones) and whether apply created the object.
+func TestPatchObjectWarningsAndCreated(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	mustCreate(t, c, pod("default", "p", nil))
+	podsGVR := corev1.SchemeGroupVersion.WithResource("pods")
+
+	res, err := c.PatchObject(podsGVR, "default", "p", types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"a":"1","a":"2"}},"spec":{"bogus":1}}`), PatchOptions{FieldValidation: "Warn"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Created).To(BeFalse())
+	g.Expect(res.Warnings).To(ConsistOf(ContainSubstring(`duplicate field "metadata.labels.a"`), ContainSubstring(`unknown field "spec.bogus"`)))
+	g.Expect(res.Object.(*corev1.Pod).Labels).To(HaveKeyWithValue("a", "2"))
+
+	_, err = c.PatchObject(podsGVR, "default", "p", types.JSONPatchType,
+		[]byte(`[{"op":"add","path":"/spec/bogus","value":1,"op":"add"}]`), PatchOptions{FieldValidation: "Strict"})
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+	g.Expect(err.Error()).To(And(ContainSubstring(`json patch duplicate field "[0].op"`), ContainSubstring(`unknown field "spec.bogus"`)))
+
+	cm := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"applied"},"data":{"k":"v"}}`
+	cmGVR := corev1.SchemeGroupVersion.WithResource("configmaps")
+	res, err = c.PatchObject(cmGVR, "default", "applied", types.ApplyYAMLPatchType, []byte(cm), PatchOptions{FieldManager: "m"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Created).To(BeTrue())
+	res, err = c.PatchObject(cmGVR, "default", "applied", types.ApplyYAMLPatchType, []byte(cm), PatchOptions{FieldManager: "m"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Created).To(BeFalse())
 }

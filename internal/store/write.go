@@ -1,32 +1,26 @@
 package store
 
 import (
+	"context"
 	"errors"
-	"fmt"
-	"reflect"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // maxGenerateNameAttempts bounds retries when a generated name collides, as upstream retries.
 const maxGenerateNameAttempts = 8
-
-// maxGeneratedNameLength leaves room for the 5 random characters in a 63-character name.
-const maxGeneratedNameLength = 63 - 5
 
 // Create stores a new object.
 func (c *Cluster) Create(gvr schema.GroupVersionResource, namespace string, obj runtime.Object, opts CreateOptions) (_ runtime.Object, err error) {
@@ -38,36 +32,20 @@ func (c *Cluster) Create(gvr schema.GroupVersionResource, namespace string, obj 
 	if err != nil {
 		return nil, err
 	}
-	if err := b.bindNamespace(in, namespace); err != nil {
+	if namespace, err = b.requestNamespace(namespace); err != nil {
 		return nil, err
 	}
-	if in, err = b.prepareCreate(in, opts.FieldManager, opts.SkipManagedFields); err != nil {
+	generated, err := b.prepareCreate(namespace, in, opts.FieldManager, opts.SkipManagedFields)
+	if err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
 	defer c.unlockDurable(&err, opts.SkipSyncWait)
-	out, err := c.createAppliedLocked(b, in, opts.DryRun)
+	out, err := c.commitCreateLocked(b, in, generated, opts.DryRun)
 	if err != nil {
 		return nil, err
 	}
 	return out.DeepCopyObject(), nil
-}
-
-// bindNamespace checks the object's namespace against the request's and fills it in.
-func (b *kindBehavior) bindNamespace(obj client.Object, namespace string) error {
-	ns, err := b.requestNamespace(namespace)
-	if err != nil {
-		return err
-	}
-	if !b.info.Namespaced {
-		obj.SetNamespace("")
-		return nil
-	}
-	if obj.GetNamespace() != "" && obj.GetNamespace() != ns {
-		return apierrors.NewBadRequest("the namespace of the provided object does not match the namespace sent on the request")
-	}
-	obj.SetNamespace(ns)
-	return nil
 }
 
 // newObject returns an empty object of the kind with its apiVersion and kind set.
@@ -77,33 +55,64 @@ func (b *kindBehavior) newObject() client.Object {
 	return obj.(client.Object)
 }
 
-func invalid(b *kindBehavior, name string, errs field.ErrorList) error {
-	return apierrors.NewInvalid(b.info.GVK().GroupKind(), name, errs)
+// requestContext carries the request's namespace to k8s.io/apiserver's strategy helpers.
+func requestContext(namespace string) context.Context {
+	return genericapirequest.WithNamespace(context.Background(), namespace)
 }
 
-// createLocked records manager's fields and stores obj, a private copy the store may keep.
-// Callers hold c.mu.
+// createLocked prepares and stores obj, a private copy the store may keep, recording manager's
+// fields. Callers hold c.mu (the simulator's own creates).
 func (c *Cluster) createLocked(b *kindBehavior, obj client.Object, dryRun bool, manager string, untracked bool) (client.Object, error) {
-	obj, err := b.prepareCreate(obj, manager, untracked)
+	generated, err := b.prepareCreate(obj.GetNamespace(), obj, manager, untracked)
 	if err != nil {
 		return nil, err
 	}
-	return c.createAppliedLocked(b, obj, dryRun)
+	return c.commitCreateLocked(b, obj, generated, dryRun)
 }
 
-// prepareCreate records manager's fields on a new object (an Update entry, as for any create).
-// With untracked (see CreateOptions.SkipManagedFields) an object that brings no managedFields
-// gets none. It reads no cluster state, so callers run it before taking the lock.
-func (b *kindBehavior) prepareCreate(obj client.Object, manager string, untracked bool) (client.Object, error) {
+// prepareCreate turns obj (a private copy) into the object to store, as kube-apiserver's create
+// does before it reaches storage: defaults, a generated name, uid and creationTimestamp, then the
+// kind's strategy through rest.BeforeCreate (namespace, preparation, validation), then manager's
+// fields (an Update entry, as for any create; with untracked, see CreateOptions.SkipManagedFields,
+// an object that brings no managedFields gets none). It reads no cluster state, so callers run
+// it before taking the lock; generated reports whether the name was generated.
+func (b *kindBehavior) prepareCreate(namespace string, obj client.Object, manager string, untracked bool) (generated bool, err error) {
+	if generated, err = b.beforeCreate(namespace, obj); err != nil {
+		return false, err
+	}
 	if untracked && len(obj.GetManagedFields()) == 0 {
-		return obj, nil // createAppliedLocked normalizes
+		return generated, nil
 	}
 	fm, err := fieldManagerFor(b, "")
 	if err != nil {
-		return nil, apierrors.NewInternalError(err)
+		return false, apierrors.NewInternalError(err)
 	}
-	normalize(obj) // defaults are applied before managed fields are computed, as on decode upstream
-	return fm.UpdateNoErrors(b.newObject(), obj, manager).(client.Object), nil
+	managed := fm.UpdateNoErrors(b.newObject(), obj, manager).(client.Object)
+	obj.SetManagedFields(managed.GetManagedFields())
+	truncateManagedTimes(obj)
+	return generated, nil
+}
+
+// beforeCreate runs the create half of the kind's strategy on obj, whose managed fields are
+// already set when it comes from server-side apply.
+func (b *kindBehavior) beforeCreate(namespace string, obj client.Object) (generated bool, err error) {
+	obj.GetObjectKind().SetGroupVersionKind(b.info.GVK())
+	b.strategy.Default(obj)
+	if obj.GetName() == "" && obj.GetGenerateName() != "" {
+		obj.SetName(b.strategy.GenerateName(obj.GetGenerateName()))
+		generated = true
+	}
+	obj.SetUID(uuid.NewUUID())
+	obj.SetCreationTimestamp(now())
+	obj.SetResourceVersion("")
+	obj.SetDeletionTimestamp(nil)
+	obj.SetDeletionGracePeriodSeconds(nil)
+	obj.SetSelfLink("")
+	if err := rest.BeforeCreate(b.strategy, requestContext(namespace), obj); err != nil {
+		return false, err
+	}
+	truncateManagedTimes(obj)
+	return generated, nil
 }
 
 // trackUpdate returns how a non-apply write by manager records managed fields (see
@@ -133,50 +142,22 @@ func truncateManagedTimes(obj client.Object) {
 	}
 }
 
-// createAppliedLocked validates and stores obj whose managed fields are already set (by
-// createLocked or by server-side apply). Callers hold c.mu.
-func (c *Cluster) createAppliedLocked(b *kindBehavior, obj client.Object, dryRun bool) (client.Object, error) {
+// commitCreateLocked stores obj, prepared by prepareCreate (or by server-side apply and
+// beforeCreate), after the checks that need the cluster's state: the namespace is open and the
+// name free (a generated name that collides is generated again, as upstream retries). Callers
+// hold c.mu.
+func (c *Cluster) commitCreateLocked(b *kindBehavior, obj client.Object, generated, dryRun bool) (client.Object, error) {
 	gr := b.info.GVR.GroupResource()
-	obj.GetObjectKind().SetGroupVersionKind(b.info.GVK())
-	truncateManagedTimes(obj)
-	if obj.GetName() == "" && obj.GetGenerateName() != "" {
-		base := obj.GetGenerateName()
-		if len(base) > maxGeneratedNameLength {
-			base = base[:maxGeneratedNameLength]
-		}
-		for i := 0; i < maxGenerateNameAttempts; i++ {
-			obj.SetName(base + rand.String(5))
-			if c.getLocked(gr, objectKey(obj.GetNamespace(), obj.GetName())) == nil {
-				break
-			}
-		}
-	}
-	errs := validation.ValidateObjectMetaAccessor(obj, b.info.Namespaced, b.nameFn, field.NewPath("metadata"))
-	if errs = append(errs, validateKind(obj)...); len(errs) > 0 {
-		return nil, invalid(b, obj.GetName(), errs)
-	}
 	if b.info.Namespaced {
 		if err := c.checkNamespaceOpen(obj.GetNamespace()); err != nil {
 			return nil, err
 		}
 	}
-	if c.getLocked(gr, objectKey(obj.GetNamespace(), obj.GetName())) != nil {
-		return nil, apierrors.NewAlreadyExists(gr, obj.GetName())
-	}
-
-	obj.SetUID(uuid.NewUUID())
-	obj.SetCreationTimestamp(now())
-	obj.SetResourceVersion("")
-	obj.SetDeletionTimestamp(nil)
-	obj.SetDeletionGracePeriodSeconds(nil)
-	obj.SetSelfLink("")
-	obj.SetGeneration(0)
-	if b.hasGeneration {
-		obj.SetGeneration(1)
-	}
-	normalize(obj)
-	if b.hasStatus {
-		prepareStatusForCreate(obj)
+	for i := 0; c.getLocked(gr, objectKey(obj.GetNamespace(), obj.GetName())) != nil; i++ {
+		if !generated || i == maxGenerateNameAttempts {
+			return nil, apierrors.NewAlreadyExists(gr, obj.GetName())
+		}
+		obj.SetName(b.strategy.GenerateName(obj.GetGenerateName()))
 	}
 	if svc, ok := obj.(*corev1.Service); ok {
 		c.allocateClusterIP(svc)
@@ -191,53 +172,6 @@ func (c *Cluster) createAppliedLocked(b *kindBehavior, obj client.Object, dryRun
 	return obj, nil
 }
 
-// prepareStatusForCreate does what the real registry strategies do to the status on create: it
-// is dropped (clients write it through the status subresource afterwards), except that Nodes keep
-// theirs (kubelet registers with status) and a few kinds start in their initial phase.
-func prepareStatusForCreate(obj client.Object) {
-	switch o := obj.(type) {
-	case *corev1.Node:
-		return
-	case *corev1.Namespace:
-		o.Spec.Finalizers = []corev1.FinalizerName{corev1.FinalizerKubernetes}
-		o.Status = corev1.NamespaceStatus{Phase: corev1.NamespaceActive}
-		if o.Labels == nil {
-			o.Labels = map[string]string{}
-		}
-		o.Labels[corev1.LabelMetadataName] = o.Name
-		return
-	}
-	v := reflect.ValueOf(obj).Elem().FieldByName("Status")
-	v.Set(reflect.Zero(v.Type()))
-	switch o := obj.(type) {
-	case *corev1.Pod:
-		o.Status.Phase = corev1.PodPending
-	case *corev1.PersistentVolume:
-		o.Status.Phase = corev1.VolumePending
-	case *apiextensionsv1.CustomResourceDefinition:
-		for _, v := range o.Spec.Versions {
-			if v.Storage {
-				o.Status.StoredVersions = []string{v.Name}
-			}
-		}
-	}
-}
-
-// normalize applies the conversions the real API server does on every write.
-func normalize(obj client.Object) {
-	Scheme().Default(obj)
-	if s, ok := obj.(*corev1.Secret); ok && len(s.StringData) > 0 {
-		// stringData is write-only: it is merged into data.
-		if s.Data == nil {
-			s.Data = map[string][]byte{}
-		}
-		for k, v := range s.StringData {
-			s.Data[k] = []byte(v)
-		}
-		s.StringData = nil
-	}
-}
-
 // Update replaces an object. An empty resourceVersion is an unconditional update; a stale one is
 // a 409 Conflict. Subresource "status" changes only the status; the main resource keeps it.
 func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj runtime.Object, opts UpdateOptions) (runtime.Object, error) {
@@ -249,7 +183,10 @@ func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj 
 	if err != nil {
 		return nil, err
 	}
-	if err := b.bindNamespace(in, namespace); err != nil {
+	if namespace, err = b.requestNamespace(namespace); err != nil {
+		return nil, err
+	}
+	if err := rest.EnsureObjectNamespaceMatchesRequestNamespace(namespace, in); err != nil {
 		return nil, err
 	}
 	if in.GetName() == "" {
@@ -262,14 +199,15 @@ func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj 
 	managed := trackUpdate(b, opts.Subresource, opts.FieldManager, opts.SkipManagedFields)
 	return c.writeOptimistically(gr, in.GetNamespace(), in.GetName(), opts.SkipSyncWait, func(cur client.Object) (func() (client.Object, error), error) {
 		if cur == nil {
-			if !b.allowCreateOnUpdate || opts.Subresource != "" || in.GetResourceVersion() != "" {
+			if !b.strategy.AllowCreateOnUpdate() || opts.Subresource != "" || in.GetResourceVersion() != "" {
 				return nil, apierrors.NewNotFound(gr, in.GetName())
 			}
-			obj, err := b.prepareCreate(in.DeepCopyObject().(client.Object), opts.FieldManager, opts.SkipManagedFields)
+			obj := in.DeepCopyObject().(client.Object)
+			generated, err := b.prepareCreate(namespace, obj, opts.FieldManager, opts.SkipManagedFields)
 			if err != nil {
 				return nil, err
 			}
-			return func() (client.Object, error) { return c.createAppliedLocked(b, obj, opts.DryRun) }, nil
+			return func() (client.Object, error) { return c.commitCreateLocked(b, obj, generated, opts.DryRun) }, nil
 		}
 		next, changed, err := b.prepareUpdate(cur, in.DeepCopyObject().(client.Object), opts.Subresource, managed)
 		if err != nil {
@@ -335,7 +273,9 @@ const registryConflictMessage = "the object has been modified; please apply your
 type managedFieldsFunc func(live, next client.Object) (client.Object, error)
 
 // prepareUpdate turns next (a private copy) into the new version of cur by the real API server's
-// update rules, and reports whether it differs from cur. It reads no cluster state but cur.
+// update rules: the resourceVersion precondition, defaults, the kind's strategy (or its status
+// subresource's) through rest.BeforeUpdate, then managed fields. It reports whether the result
+// differs from cur, and reads no cluster state but cur.
 func (b *kindBehavior) prepareUpdate(cur, next client.Object, sub string, managed managedFieldsFunc) (client.Object, bool, error) {
 	gr := b.info.GVR.GroupResource()
 	if rv := next.GetResourceVersion(); rv != "" && rv != cur.GetResourceVersion() {
@@ -343,42 +283,17 @@ func (b *kindBehavior) prepareUpdate(cur, next client.Object, sub string, manage
 	}
 	next.SetResourceVersion(cur.GetResourceVersion())
 	next.GetObjectKind().SetGroupVersionKind(b.info.GVK())
-	switch sub {
-	case "":
-		if b.hasStatus {
-			copyStatus(next, cur)
-		}
-		if ns, ok := next.(*corev1.Namespace); ok {
-			// spec.finalizers only change through /finalize, which the store drives itself.
-			ns.Spec.Finalizers = cur.(*corev1.Namespace).Spec.Finalizers
-		}
-	case "status":
-		copyAllButStatus(next, cur)
-		metav1.ResetObjectMetaForStatus(next, cur)
-	}
-	if next.GetUID() == "" {
-		next.SetUID(cur.GetUID())
-	}
-	if ts := next.GetCreationTimestamp(); ts.IsZero() {
-		next.SetCreationTimestamp(cur.GetCreationTimestamp())
-	}
+	// Deletion is the delete verb's: an update can neither start nor undo it.
 	next.SetDeletionTimestamp(cur.GetDeletionTimestamp())
 	next.SetDeletionGracePeriodSeconds(cur.GetDeletionGracePeriodSeconds())
 	next.SetSelfLink("")
-	normalize(next)
-	if svc, ok := next.(*corev1.Service); ok {
-		keepAllocatedIPs(svc, cur.(*corev1.Service))
+	b.strategy.Default(next)
+	var strategy rest.RESTUpdateStrategy = b.strategy
+	if sub == "status" {
+		strategy = b.status
 	}
-	next.SetGeneration(cur.GetGeneration())
-	if b.hasGeneration && sub == "" && !specEqual(next, cur) {
-		next.SetGeneration(cur.GetGeneration() + 1)
-	}
-
-	errs := validation.ValidateObjectMetaAccessor(next, b.info.Namespaced, b.nameFn, field.NewPath("metadata"))
-	errs = append(errs, validation.ValidateObjectMetaAccessorUpdate(next, cur, field.NewPath("metadata"))...)
-	errs = append(errs, validateKind(next)...)
-	if len(errs) > 0 {
-		return nil, false, invalid(b, next.GetName(), errs)
+	if err := rest.BeforeUpdate(strategy, requestContext(cur.GetNamespace()), next, cur); err != nil {
+		return nil, false, err
 	}
 	var err error
 	if next, err = managed(cur, next); err != nil {
@@ -438,100 +353,131 @@ func (c *Cluster) Delete(gvr schema.GroupVersionResource, namespace, name string
 
 func (c *Cluster) deleteChecked(b *kindBehavior, cur client.Object, opts DeleteOptions) (client.Object, error) {
 	gr := b.info.GVR.GroupResource()
-	if p := opts.Preconditions; p != nil {
-		if p.UID != nil && *p.UID != cur.GetUID() {
-			//lint:ignore ST1005 upstream's message, which clients match
-			return nil, apierrors.NewConflict(gr, cur.GetName(), fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", *p.UID, cur.GetUID()))
-		}
-		if p.ResourceVersion != nil && *p.ResourceVersion != cur.GetResourceVersion() {
-			//lint:ignore ST1005 upstream's message, which clients match
-			return nil, apierrors.NewConflict(gr, cur.GetName(), fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", *p.ResourceVersion, cur.GetResourceVersion()))
-		}
-	}
 	if gr == namespacesGVR.GroupResource() && immortalNamespaces[cur.GetName()] {
 		return nil, apierrors.NewForbidden(gr, cur.GetName(), errors.New("this namespace may not be deleted"))
 	}
+	options := &metav1.DeleteOptions{
+		GracePeriodSeconds: opts.GracePeriodSeconds,
+		Preconditions:      opts.Preconditions,
+		PropagationPolicy:  opts.PropagationPolicy,
+	}
 	if opts.DryRun {
-		out := cur.DeepCopyObject().(client.Object)
-		if out.GetDeletionTimestamp() == nil {
-			if period, ok := gracePeriod(b, cur, opts.GracePeriodSeconds); ok && period > 0 {
-				out = markDeleting(cur, period)
-			} else if len(out.GetFinalizers()) > 0 {
-				t := now()
-				out.SetDeletionTimestamp(&t)
-			}
-		}
-		return out, nil
+		options.DryRun = []string{metav1.DryRunAll}
+		return dryRunDelete(b, cur, options)
 	}
-	policy := metav1.DeletePropagationBackground
-	if opts.PropagationPolicy != nil {
-		policy = *opts.PropagationPolicy
-		switch policy {
-		case metav1.DeletePropagationBackground, metav1.DeletePropagationForeground, metav1.DeletePropagationOrphan:
-		default:
-			return nil, invalid(b, cur.GetName(), field.ErrorList{field.NotSupported(field.NewPath("propagationPolicy"), policy,
-				[]string{string(metav1.DeletePropagationForeground), string(metav1.DeletePropagationBackground), string(metav1.DeletePropagationOrphan)})})
-		}
-	}
-	return c.deleteLocked(b, cur, policy, opts.GracePeriodSeconds), nil
+	return c.deleteWithOptionsLocked(b, cur, options)
 }
 
-// deleteLocked starts or completes the deletion of cur and returns its resulting state.
-// requestedGrace is the caller's gracePeriodSeconds (nil: the kind's default).
-func (c *Cluster) deleteLocked(b *kindBehavior, cur client.Object, policy metav1.DeletionPropagation, requestedGrace *int64) client.Object {
-	if cur.GetDeletionTimestamp() != nil {
-		// Already being deleted: finalizers decide when it goes, and a pod's grace period may
-		// only get shorter.
-		return c.shortenGracePeriodLocked(b, cur, requestedGrace)
+// dryRunDelete returns what a delete of cur would leave, changing nothing.
+func dryRunDelete(b *kindBehavior, cur client.Object, options *metav1.DeleteOptions) (client.Object, error) {
+	next := cur.DeepCopyObject().(client.Object)
+	graceful, pending, err := rest.BeforeDelete(b.strategy, context.Background(), next, options)
+	switch {
+	case err != nil:
+		return nil, err
+	case pending || graceful:
+		return next, nil
+	case cur.GetDeletionTimestamp() == nil && len(cur.GetFinalizers()) > 0:
+		return markDeleting(cur), nil
 	}
-	if b.info.GVR == namespacesGVR {
-		return c.deleteNamespaceLocked(b, cur)
+	return next, nil
+}
+
+// deleteLocked is the simulated control plane's delete of cur (garbage collector, namespace
+// controller, pod garbage collector, kubelet): no preconditions, so it cannot fail.
+func (c *Cluster) deleteLocked(b *kindBehavior, cur client.Object, policy metav1.DeletionPropagation, gracePeriod *int64) client.Object {
+	out, err := c.deleteWithOptionsLocked(b, cur, &metav1.DeleteOptions{PropagationPolicy: &policy, GracePeriodSeconds: gracePeriod})
+	if err != nil {
+		return cur
 	}
-	switch policy {
+	return out
+}
+
+// deleteWithOptionsLocked starts or completes the deletion of cur as kube-apiserver's generic
+// registry does, and returns its resulting state. rest.BeforeDelete checks the options and the
+// preconditions and decides graceful deletion with the kind's strategy: a pod on a node stays,
+// terminating, until its kubelet has stopped it, and a second delete may only shorten its grace
+// period. Finalizers hold an object with a deletionTimestamp; without them it is removed, and
+// its dependents are garbage collected per the propagation policy.
+func (c *Cluster) deleteWithOptionsLocked(b *kindBehavior, cur client.Object, options *metav1.DeleteOptions) (client.Object, error) {
+	gr := b.info.GVR.GroupResource()
+	next := cur.DeepCopyObject().(client.Object)
+	graceful, pending, err := rest.BeforeDelete(b.strategy, context.Background(), next, options)
+	if err != nil {
+		return nil, err
+	}
+	if graceful {
+		t := next.GetDeletionTimestamp().Rfc3339Copy() // the precision it has once serialized
+		next.SetDeletionTimestamp(&t)
+	}
+	period := ptr.Deref(next.GetDeletionGracePeriodSeconds(), 0)
+	switch {
+	case pending:
+		return cur, nil // graceful deletion already under way
+	case cur.GetDeletionTimestamp() != nil:
+		// Already being deleted: finalizers decide when it goes.
+		if graceful && (period > 0 || len(next.GetFinalizers()) > 0) {
+			c.putLocked(gr, next, cur)
+			return next, nil
+		}
+		if !graceful && len(cur.GetFinalizers()) > 0 {
+			return cur, nil
+		}
+		return c.removeLocked(b, cur, next), nil
+	case b.info.GVR == namespacesGVR:
+		return c.deleteNamespaceLocked(b, cur), nil
+	}
+	switch ptr.Deref(options.PropagationPolicy, metav1.DeletePropagationBackground) {
 	case metav1.DeletePropagationOrphan:
 		c.orphanDependents(cur)
 	case metav1.DeletePropagationForeground:
 		if len(c.deps[cur.GetUID()]) > 0 {
-			// The owner stays, marked, until its blocking dependents are gone.
-			next := markDeleting(cur, 0)
-			next.SetFinalizers(append(next.GetFinalizers(), metav1.FinalizerDeleteDependents))
-			c.putLocked(b.info.GVR.GroupResource(), next, cur)
-			for ref := range c.deps[cur.GetUID()] {
-				if dep := c.getLocked(ref.gr, ref.key); dep != nil {
-					db, _ := behaviorForGR(ref.gr)
-					c.deleteLocked(db, dep, metav1.DeletePropagationForeground, nil)
-				}
-			}
-			c.finishForeground(b, next.GetNamespace(), next.GetName())
-			if out := c.getLocked(b.info.GVR.GroupResource(), objectKey(next.GetNamespace(), next.GetName())); out != nil {
-				return out
-			}
-			return next
+			return c.deleteForegroundLocked(b, cur), nil
 		}
 	}
-	if period, ok := gracePeriod(b, cur, requestedGrace); ok && period > 0 {
-		// A pod on a node stays, terminating, until its kubelet has stopped it.
-		next := markDeleting(cur, period)
-		c.putLocked(b.info.GVR.GroupResource(), next, cur)
+	switch {
+	case graceful && period > 0:
+		c.putLocked(gr, next, cur)
 		c.scheduleKubeletStop(next, period)
-		return next
+		return next, nil
+	case len(cur.GetFinalizers()) > 0:
+		if !graceful { // a graceful delete with period 0 is already marked
+			next = markDeleting(cur)
+		}
+		c.putLocked(gr, next, cur)
+		return next, nil
 	}
-	if len(cur.GetFinalizers()) > 0 {
-		next := markDeleting(cur, 0)
-		c.putLocked(b.info.GVR.GroupResource(), next, cur)
-		return next
-	}
-	return c.removeLocked(b, cur, cur.DeepCopyObject().(client.Object))
+	return c.removeLocked(b, cur, next), nil
 }
 
-// markDeleting returns a copy of cur being deleted with a grace period of period seconds:
-// deletionTimestamp is now + period (just now for finalizer-held objects, period 0); kinds with a
-// generation get it bumped, as upstream does.
-func markDeleting(cur client.Object, period int64) client.Object {
+// deleteForegroundLocked keeps the owner, marked with the foregroundDeletion finalizer, until its
+// blocking dependents are gone, and deletes them.
+func (c *Cluster) deleteForegroundLocked(b *kindBehavior, cur client.Object) client.Object {
+	gr := b.info.GVR.GroupResource()
+	next := markDeleting(cur)
+	next.SetFinalizers(append(next.GetFinalizers(), metav1.FinalizerDeleteDependents))
+	c.putLocked(gr, next, cur)
+	for ref := range c.deps[cur.GetUID()] {
+		if dep := c.getLocked(ref.gr, ref.key); dep != nil {
+			db, _ := behaviorForGR(ref.gr)
+			c.deleteLocked(db, dep, metav1.DeletePropagationForeground, nil)
+		}
+	}
+	c.finishForeground(b, next.GetNamespace(), next.GetName())
+	if out := c.getLocked(gr, objectKey(next.GetNamespace(), next.GetName())); out != nil {
+		return out
+	}
+	return next
+}
+
+// markDeleting returns a copy of cur held by finalizers: deletionTimestamp now, grace period 0,
+// and the generation bumped for kinds that have one, as upstream's markAsDeleting does.
+func markDeleting(cur client.Object) client.Object {
 	next := cur.DeepCopyObject().(client.Object)
-	t := metav1.NewTime(time.Now().Add(time.Duration(period) * time.Second).Truncate(time.Second))
+	t := now()
 	next.SetDeletionTimestamp(&t)
-	next.SetDeletionGracePeriodSeconds(&period)
+	var zero int64
+	next.SetDeletionGracePeriodSeconds(&zero)
 	if next.GetGeneration() > 0 {
 		next.SetGeneration(next.GetGeneration() + 1)
 	}
@@ -553,11 +499,6 @@ func (c *Cluster) removeLocked(b *kindBehavior, cur, last client.Object) client.
 	}
 	c.afterOwnersChanged(cur.GetNamespace(), cur.GetOwnerReferences(), nil)
 	return last
-}
-
-func behaviorForGR(gr schema.GroupResource) (*kindBehavior, bool) {
-	b, ok := shared().byGR[gr]
-	return b, ok
 }
 
 // DeleteCollection deletes all matching objects and returns them as a list.

@@ -1,0 +1,99 @@
+package store
+
+import (
+	"fmt"
+	"reflect"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/kinds"
+)
+
+// ResourceInfo describes one served resource, for discovery and routing.
+type ResourceInfo = kinds.ResourceInfo
+
+// kindBehavior is the registry's entry for one served resource: the kind's strategy (package
+// kinds) and what the generic verbs derive from it once.
+type kindBehavior struct {
+	info     ResourceInfo
+	strategy kinds.Strategy
+	// status is the strategy of the status subresource, nil without one.
+	status    rest.RESTUpdateStrategy
+	hasStatus bool
+	goType    reflect.Type // struct type of the kind
+}
+
+var (
+	podsGR  = corev1.SchemeGroupVersion.WithResource("pods").GroupResource()
+	nodesGR = corev1.SchemeGroupVersion.WithResource("nodes").GroupResource()
+)
+
+type registry struct {
+	byGVR map[schema.GroupVersionResource]*kindBehavior
+	byGR  map[schema.GroupResource]*kindBehavior
+	byGVK map[schema.GroupVersionKind]*ResourceInfo
+}
+
+var reg = func() *registry {
+	r := &registry{
+		byGVR: map[schema.GroupVersionResource]*kindBehavior{},
+		byGR:  map[schema.GroupResource]*kindBehavior{},
+		byGVK: map[schema.GroupVersionKind]*ResourceInfo{},
+	}
+	for _, s := range kinds.All() {
+		info := s.Info()
+		obj, err := kinds.Scheme().New(info.GVK())
+		if err != nil {
+			panic(fmt.Sprintf("store: kind %v not in scheme: %v", info.GVK(), err))
+		}
+		b := &kindBehavior{info: info, strategy: s, status: s.StatusStrategy(), goType: reflect.TypeOf(obj).Elem()}
+		b.hasStatus = b.status != nil
+		r.byGVR[info.GVR] = b
+		r.byGR[info.GVR.GroupResource()] = b
+		r.byGVK[info.GVK()] = &b.info
+	}
+	return r
+}()
+
+// shared returns the process-wide registry; every cluster shares it so an idle cluster costs
+// only its objects.
+func shared() *registry { return reg }
+
+func behaviorFor(gvr schema.GroupVersionResource) (*kindBehavior, bool) {
+	b, ok := reg.byGVR[gvr]
+	return b, ok
+}
+
+func behaviorForGR(gr schema.GroupResource) (*kindBehavior, bool) {
+	b, ok := reg.byGR[gr]
+	return b, ok
+}
+
+// Scheme returns the scheme shared by all clusters.
+func Scheme() *runtime.Scheme { return kinds.Scheme() }
+
+// RESTMapper returns the REST mapper shared by all clusters.
+func RESTMapper() meta.RESTMapper { return kinds.RESTMapper() }
+
+// Resources returns every served resource (a copy, safe to modify).
+func Resources() []ResourceInfo {
+	all := kinds.All()
+	out := make([]ResourceInfo, len(all))
+	for i, s := range all {
+		out[i] = s.Info()
+	}
+	return out
+}
+
+// LookupResource finds a served resource by group, version and plural resource name.
+func LookupResource(group, version, resource string) (ResourceInfo, bool) {
+	b, ok := reg.byGVR[schema.GroupVersionResource{Group: group, Version: version, Resource: resource}]
+	if !ok {
+		return ResourceInfo{}, false
+	}
+	return b.info, true
+}
