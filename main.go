@@ -4,7 +4,9 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -18,10 +20,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/flags"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -56,15 +61,24 @@ type options struct {
 	kubeAPIQPS               float32
 	kubeAPIBurst             int
 	syncPeriod               time.Duration
-	metricsBindAddress       string
-	healthProbeBindAddress   string
-	listenerHost             string
-	listenerBindAddress      string
-	listenerPortRange        string
-	shutdownTimeout          time.Duration
-	stateDir                 string
-	workloadStorageQuota     int64
-	profilerAddress          string
+	// manager holds CAPI's shared manager flags: --diagnostics-address, --insecure-diagnostics,
+	// --tls-min-version, --tls-cipher-suites, --tls-curve-preferences.
+	manager    flags.ManagerOptions
+	healthAddr string
+	// metricsBindAddress is the deprecated --metrics-bind-address (plain HTTP metrics).
+	metricsBindAddress   string
+	listenerHost         string
+	listenerBindAddress  string
+	listenerPortRange    string
+	shutdownTimeout      time.Duration
+	stateDir             string
+	workloadStorageQuota int64
+	profilerAddress      string
+
+	zap zap.Options
+
+	// skipNameValidation lets tests start more than one manager per process.
+	skipNameValidation bool
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
@@ -80,8 +94,13 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 20, "Maximum queries per second to the management cluster's API server.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 30, "Maximum burst of queries to the management cluster's API server.")
 	fs.DurationVar(&o.syncPeriod, "sync-period", 10*time.Minute, "Minimum interval at which every watched object is reconciled again.")
-	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", ":8080", "Address of the metrics endpoint (plain HTTP; also serves /debug/listeners); \"0\" disables it.")
-	fs.StringVar(&o.healthProbeBindAddress, "health-probe-bind-address", ":9440", "Address of the /healthz and /readyz probes.")
+	fs.StringVar(&o.healthAddr, "health-addr", ":9440", "Address of the /healthz and /readyz probes; \"0\" disables them.")
+	flags.AddManagerOptions(fs, &o.manager)
+	fs.Lookup("diagnostics-address").Usage += " It also serves /debug/listeners (the workload cluster listeners as JSON). \"0\" disables it."
+	for _, name := range []string{"tls-min-version", "tls-cipher-suites", "tls-curve-preferences"} {
+		fs.Lookup(name).Usage += " The workload cluster listeners (API servers and etcd members) use it too."
+	}
+
 	fs.StringVar(&o.listenerHost, "listener-host", envOr("POD_IP", "127.0.0.1"), "Host advertised in workload cluster endpoints (default: $POD_IP, else 127.0.0.1).")
 	fs.StringVar(&o.listenerBindAddress, "listener-bind-address", "", "Address workload cluster listeners bind to (default: the listener host if it is an IP, else 0.0.0.0).")
 	fs.StringVar(&o.listenerPortRange, "listener-port-range", fmt.Sprintf("%d-%d", mux.DefaultPortMin, mux.DefaultPortMax), "Inclusive port range of workload cluster listeners, e.g. 20000-29999.")
@@ -89,6 +108,32 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir(), "Directory that keeps every workload cluster's state across restarts (one bbolt database; a write is answered once it is on disk). Empty keeps state in memory only.")
 	fs.Int64Var(&o.workloadStorageQuota, "workload-storage-quota", store.DefaultStorageQuota, "Bytes each workload cluster may store (protobuf size of its objects); past it, writes fail as kube-apiserver's do when etcd's quota is exhausted. 0 or less: no quota.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "How long in-flight workload cluster requests may take on shutdown.")
+
+	goFlags := flag.NewFlagSet("", flag.ExitOnError)
+	o.zap.BindFlags(goFlags)
+	fs.AddGoFlagSet(goFlags)
+
+	// Renamed flags, kept for one release (hidden from --help; using one prints a warning).
+	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":9440", "Deprecated: use --health-addr.")
+	_ = fs.MarkDeprecated("health-probe-bind-address", "use --health-addr instead; this alias will be removed in the next release")
+	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", "", "Deprecated: use --diagnostics-address (HTTPS) or --diagnostics-address with --insecure-diagnostics (plain HTTP).")
+	_ = fs.MarkDeprecated("metrics-bind-address", "use --diagnostics-address (HTTPS with authentication and authorization), with --insecure-diagnostics for plain HTTP as this flag served; it will be removed in the next release")
+}
+
+// complete resolves the deprecated aliases once fs is parsed. --metrics-bind-address served plain
+// HTTP: used alone, it keeps doing so (it sets --diagnostics-address and, unless given, turns on
+// --insecure-diagnostics).
+func (o *options) complete(fs *pflag.FlagSet) error {
+	if fs.Changed("metrics-bind-address") {
+		if fs.Changed("diagnostics-address") {
+			return errors.New("--metrics-bind-address is the deprecated name of --diagnostics-address: set only --diagnostics-address")
+		}
+		o.manager.DiagnosticsAddress = o.metricsBindAddress
+		if !fs.Changed("insecure-diagnostics") {
+			o.manager.InsecureDiagnostics = true
+		}
+	}
+	return nil
 }
 
 // storageQuota maps the flag's "0 or less: none" to ClusterOptions' "negative: none".
@@ -135,29 +180,34 @@ func main() {
 	var o options
 	fs := pflag.CommandLine
 	o.addFlags(fs)
-	zapOpts := zap.Options{}
-	goFlags := flag.NewFlagSet("", flag.ExitOnError)
-	zapOpts.BindFlags(goFlags)
-	fs.AddGoFlagSet(goFlags)
 	fs.AddGoFlagSet(flag.CommandLine) // --kubeconfig, registered by controller-runtime
 	pflag.Parse()
 
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
 	log := ctrl.Log.WithName("setup")
-	if err := run(ctrl.SetupSignalHandler(), o); err != nil {
+	if err := o.complete(fs); err != nil {
+		log.Error(err, "Invalid flags")
+		os.Exit(1)
+	}
+	if err := run(ctrl.SetupSignalHandler(), o, ctrl.GetConfigOrDie()); err != nil {
 		log.Error(err, "Manager failed")
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, o options) error {
+// run runs the manager against the management cluster restConfig points to, until ctx ends.
+func run(ctx context.Context, o options, restConfig *rest.Config) error {
 	log := ctrl.Log.WithName("setup")
 	portMin, portMax, err := parsePortRange(o.listenerPortRange)
 	if err != nil {
 		return err
 	}
+	tlsOpts, metricsOpts, err := flags.GetManagerOptions(o.manager)
+	if err != nil {
+		return fmt.Errorf("invalid TLS or diagnostics flags: %w", err)
+	}
 
-	restConfig := ctrl.GetConfigOrDie()
+	restConfig = rest.CopyConfig(restConfig)
 	restConfig.QPS, restConfig.Burst = o.kubeAPIQPS, o.kubeAPIBurst
 	restConfig.UserAgent = "goofy-manager"
 
@@ -178,7 +228,8 @@ func run(ctx context.Context, o options) error {
 	}
 	wcl, err := mux.NewWorkloadClustersMux(store.NewManager(storeOpts...), o.listenerHost,
 		mux.WithPortRange(portMin, portMax), mux.WithBindAddress(o.listenerBindAddress), mux.WithLogger(ctrl.Log.WithName("mux")),
-		mux.WithClusterOptions(store.ClusterOptions{StorageQuota: storageQuota(o.workloadStorageQuota)}))
+		mux.WithClusterOptions(store.ClusterOptions{StorageQuota: storageQuota(o.workloadStorageQuota)}),
+		mux.WithTLSOptions(listenerTLS(tlsOpts)))
 	if err != nil {
 		return err
 	}
@@ -207,14 +258,10 @@ func run(ctx context.Context, o options) error {
 		// Losing leadership ends the process, which drops every listener with it.
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         cacheOpts,
-		Metrics: metricsserver.Options{
-			BindAddress: o.metricsBindAddress,
-			ExtraHandlers: map[string]http.Handler{
-				"/debug/listeners": listenersHandler(wcl),
-			},
-		},
-		HealthProbeBindAddress: o.healthProbeBindAddress,
-		PprofBindAddress:       o.profilerAddress,
+		Metrics:                       diagnostics(metricsOpts, wcl),
+		HealthProbeBindAddress:        o.healthAddr,
+		PprofBindAddress:              o.profilerAddress,
+		Controller:                    config.Controller{SkipNameValidation: &o.skipNameValidation},
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -267,6 +314,28 @@ func run(ctx context.Context, o options) error {
 
 	log.Info("Starting manager", "listenerHost", o.listenerHost, "portRange", o.listenerPortRange, "namespace", o.namespace, "watchFilter", o.watchFilter)
 	return mgr.Start(ctx)
+}
+
+// listenerTLS is what CAPI's TLS options (from --tls-min-version, --tls-cipher-suites and
+// --tls-curve-preferences, parsed by flags.GetManagerOptions) set, for the workload listeners.
+func listenerTLS(opts []func(*tls.Config)) mux.TLSOptions {
+	var cfg tls.Config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return mux.TLSOptions{MinVersion: cfg.MinVersion, CipherSuites: cfg.CipherSuites, CurvePreferences: cfg.CurvePreferences}
+}
+
+// diagnostics is the diagnostics endpoint: CAPI's metrics server options (HTTPS with
+// authentication and authorization, pprof and /debug/flags/v; or plain HTTP with
+// --insecure-diagnostics) plus /debug/listeners behind the same filter.
+func diagnostics(opts *metricsserver.Options, m *mux.WorkloadClustersMux) metricsserver.Options {
+	out := *opts
+	out.ExtraHandlers = map[string]http.Handler{"/debug/listeners": listenersHandler(m)}
+	for path, h := range opts.ExtraHandlers {
+		out.ExtraHandlers[path] = h
+	}
+	return out
 }
 
 // listenersHandler shows the mux's listeners as JSON, for debugging.

@@ -25,6 +25,7 @@ import (
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/testenv"
 )
 
 // TestClusterProvisioning: a GoofyCluster gets a port, its endpoint, failure domains, Ready
@@ -228,7 +229,7 @@ func startManager(t testing.TB, h *harness, ns string, o managerOptions) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
 	restarter := &HotRestarter{Reader: mgr.GetAPIReader(), Mux: h.mux, Namespace: ns}
 	if err := mgr.Add(restarter); err != nil {
 		t.Fatal(err)
@@ -246,19 +247,7 @@ func startManager(t testing.TB, h *harness, ns string, o managerOptions) {
 	if err := h.machineR.SetupWithManager(ctx, mgr, opts); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("manager: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("manager did not stop within 30s")
-		}
-	})
+	testenv.Go(t, mgr.Start)
 }
 
 // awaitProvisioned waits until the running manager has provisioned f's GoofyCluster.

@@ -1,13 +1,8 @@
 package controllers
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,9 +24,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
@@ -70,102 +63,11 @@ func init() {
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(testLogger())
-	if !testenv.HaveAPIServer() {
-		fmt.Fprintf(os.Stderr, "SKIP envtest tests: kube-apiserver/etcd not found in %s (run 'make envtest')\n", testenv.AssetsDir())
-		os.Exit(m.Run())
-	}
-	env, err := newEnvironment()
-	if err == nil {
-		cfg, err = env.Start()
-	}
-	if err == nil {
+	os.Exit(testenv.RunTests(m, func(c *rest.Config) (err error) {
+		cfg = c
 		k8sClient, err = client.New(cfg, client.Options{Scheme: testScheme})
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
-		if env != nil {
-			_ = env.Stop()
-		}
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
-	}
-	os.Exit(code)
-}
-
-// newEnvironment prepares envtest with our CRDs and CAPI's core CRDs.
-func newEnvironment() (*envtest.Environment, error) {
-	ours, err := labelledCRDs(filepath.Join(testenv.RepoRoot(), "config", "crd"))
-	if err != nil {
-		return nil, err
-	}
-	capiDir, err := moduleDir("sigs.k8s.io/cluster-api")
-	if err != nil {
-		return nil, err
-	}
-	return &envtest.Environment{
-		BinaryAssetsDirectory: testenv.AssetsDir(),
-		CRDs:                  ours,
-		CRDDirectoryPaths:     []string{filepath.Join(capiDir, "core", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}, nil
-}
-
-// labelledCRDs reads config/crd/bases and adds the labels config/crd/kustomization.yaml adds (the
-// CAPI contract label that CAPI's external-object lookups require).
-func labelledCRDs(dir string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	var kustomization struct {
-		Labels []struct {
-			Pairs map[string]string `json:"pairs"`
-		} `json:"labels"`
-	}
-	data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
-	if err != nil {
-		return nil, err
-	}
-	if err := yaml.Unmarshal(data, &kustomization); err != nil {
-		return nil, err
-	}
-	files, err := filepath.Glob(filepath.Join(dir, "bases", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		return nil, fmt.Errorf("no CRDs in %s/bases: %v", dir, err)
-	}
-	var crds []*apiextensionsv1.CustomResourceDefinition
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.UnmarshalStrict(data, crd); err != nil {
-			return nil, fmt.Errorf("%s: %w", f, err)
-		}
-		for _, l := range kustomization.Labels {
-			for k, v := range l.Pairs {
-				if crd.Labels == nil {
-					crd.Labels = map[string]string{}
-				}
-				crd.Labels[k] = v
-			}
-		}
-		crds = append(crds, crd)
-	}
-	return crds, nil
-}
-
-// moduleDir is the source directory of a module in the build list (module cache or replacement).
-func moduleDir(module string) (string, error) {
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module)
-	cmd.Dir = testenv.RepoRoot()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("go list -m %s: %v: %s", module, err, stderr.String())
-	}
-	return strings.TrimSpace(string(out)), nil
+		return err
+	}))
 }
 
 // testLogger discards logs unless GOOFY_TEST_LOG is set (then it logs to stderr).

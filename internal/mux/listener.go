@@ -316,15 +316,17 @@ func (l *WorkloadClusterListener) stop(ctx context.Context) {
 	l.mux.log.V(1).Info("Stopped serving workload cluster", "cluster", l.name)
 }
 
-// workloadCurves are the key exchanges the simulated endpoints offer: classic ECDHE only. Go's
-// default puts the post-quantum hybrid X25519MLKEM768 first, whose ML-KEM half was a fifth of
-// every handshake's CPU at scale (KCP opens two TLS connections per etcd health check); a
-// simulated cluster's traffic needs no protection against future quantum computers.
+// workloadCurves are the key exchanges the simulated endpoints offer unless TLSOptions say
+// otherwise: classic ECDHE only. Go's default puts the post-quantum hybrid X25519MLKEM768 first,
+// whose ML-KEM half was a fifth of every handshake's CPU at scale (KCP opens two TLS connections
+// per etcd health check); a simulated cluster's traffic needs no protection against future
+// quantum computers.
 var workloadCurves = []tls.CurveID{tls.X25519, tls.CurveP256}
 
 // tlsConfigFor picks certificate and trust root by server name: an etcd member's name gets its
 // serving certificate and requires a client certificate from the etcd CA; anything else gets the
-// API server certificate and accepts client certificates from the cluster CA.
+// API server certificate and accepts client certificates from the cluster CA. Versions, cipher
+// suites and key exchanges are the mux's TLSOptions.
 func (l *WorkloadClusterListener) tlsConfigFor(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -335,15 +337,12 @@ func (l *WorkloadClusterListener) tlsConfigFor(hello *tls.ClientHelloInfo) (*tls
 		}
 	}
 	if cert, ok := l.etcdCerts[name]; ok {
-		return &tls.Config{
+		return l.mux.tls.apply(&tls.Config{
 			Certificates: []tls.Certificate{*cert},
 			ClientAuth:   tls.RequireAndVerifyClientCert,
 			ClientCAs:    l.etcdPool,
 			NextProtos:   []string{"h2"},
-			MinVersion:   tls.VersionTLS12,
-			// See workloadCurves.
-			CurvePreferences: workloadCurves,
-		}, nil
+		}), nil
 	}
 	if l.servingCert == nil {
 		return nil, fmt.Errorf("workload cluster %s has no API server", l.name)
@@ -353,17 +352,14 @@ func (l *WorkloadClusterListener) tlsConfigFor(hello *tls.ClientHelloInfo) (*tls
 			l.servingCert = cert
 		}
 	}
-	return &tls.Config{
+	return l.mux.tls.apply(&tls.Config{
 		Certificates: []tls.Certificate{*l.servingCert},
 		// A missing certificate is answered with a 401 Status by the handler, as kube-apiserver
 		// does; a certificate from another CA fails the handshake.
 		ClientAuth: tls.VerifyClientCertIfGiven,
 		ClientCAs:  l.caPool,
 		NextProtos: []string{"h2", "http/1.1"},
-		MinVersion: tls.VersionTLS12,
-		// See workloadCurves.
-		CurvePreferences: workloadCurves,
-	}, nil
+	}), nil
 }
 
 // routes sends gRPC on an etcd member's server name to the fake etcd, the rest to the API server.

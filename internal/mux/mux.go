@@ -7,6 +7,7 @@ package mux
 import (
 	"context"
 	"crypto"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -58,6 +59,36 @@ func WithClusterOptions(opts store.ClusterOptions) Option {
 // WithLogger sets the logger.
 func WithLogger(log logr.Logger) Option { return func(m *WorkloadClustersMux) { m.log = log } }
 
+// TLSOptions are the TLS settings every workload cluster listener serves with, for the API
+// server and the etcd members alike. The manager fills them from the same --tls-min-version,
+// --tls-cipher-suites and --tls-curve-preferences flags as its diagnostics endpoint.
+type TLSOptions struct {
+	// MinVersion is the lowest TLS version accepted; zero means TLS 1.2.
+	MinVersion uint16
+	// CipherSuites are the TLS 1.2 cipher suites offered (Go does not make TLS 1.3's
+	// configurable); empty means Go's defaults.
+	CipherSuites []uint16
+	// CurvePreferences are the key exchanges offered; empty means workloadCurves.
+	CurvePreferences []tls.CurveID
+}
+
+// WithTLSOptions sets the listeners' TLS settings.
+func WithTLSOptions(o TLSOptions) Option { return func(m *WorkloadClustersMux) { m.tls = o } }
+
+// apply sets o's settings on a listener's TLS configuration.
+func (o TLSOptions) apply(cfg *tls.Config) *tls.Config {
+	cfg.MinVersion = tls.VersionTLS12
+	if o.MinVersion != 0 {
+		cfg.MinVersion = o.MinVersion
+	}
+	cfg.CipherSuites = o.CipherSuites
+	cfg.CurvePreferences = workloadCurves
+	if len(o.CurvePreferences) > 0 {
+		cfg.CurvePreferences = o.CurvePreferences
+	}
+	return cfg
+}
+
 // WorkloadClustersMux owns the listeners of all workload clusters.
 type WorkloadClustersMux struct {
 	manager     *store.Manager
@@ -66,6 +97,7 @@ type WorkloadClustersMux struct {
 	bindAddress string
 	portMin     int
 	portMax     int
+	tls         TLSOptions
 	log         logr.Logger
 
 	mu        sync.Mutex

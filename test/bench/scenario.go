@@ -191,7 +191,7 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 		}
 	}
 	// Our own metrics address for the provider (a later flag overrides the harness's), so that the
-	// controller metrics can be read at the end.
+	// controller metrics can be read at the end (plain HTTP: the harness sets --insecure-diagnostics).
 	metricsAddr, err := freeAddr()
 	if err != nil {
 		return err
@@ -200,7 +200,7 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 		RepoRoot: cfg.RepoRoot, OutputDir: res.LogDir, Binaries: cfg.Binaries, Progress: cfg.Progress,
 		ListenerPortRange: cfg.GoofyPortRange, APIServerFlags: auditFlags,
 		SkipGoofy: cfg.Provider != ProviderGoofy,
-		GoofyArgs: append(append(append([]string(nil), cfg.GoofyArgs...), clientArgs...), "--metrics-bind-address="+metricsAddr),
+		GoofyArgs: append(append(append([]string(nil), cfg.GoofyArgs...), clientArgs...), "--diagnostics-address="+metricsAddr),
 	}
 	if cfg.Provider == ProviderGoofy && profilerAddr != "" {
 		if supportsFlag(cfg.Binaries.Goofy, "profiler-address") {

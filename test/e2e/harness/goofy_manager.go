@@ -18,7 +18,7 @@ type GoofyManagerSpec struct {
 }
 
 // StartGoofyManager starts another process of the plane's Goofy binary with the plane's manager's
-// flags, its own metrics and health ports, listener port range and state directory, and then
+// flags, its own diagnostics and health ports, listener port range and state directory, and then
 // spec.Args (a later flag wins); it waits until the manager is ready and returns it. Plane.Stop
 // stops it with the others.
 func (p *Plane) StartGoofyManager(ctx context.Context, spec GoofyManagerSpec) (*Process, error) {
@@ -30,8 +30,8 @@ func (p *Plane) StartGoofyManager(ctx context.Context, spec GoofyManagerSpec) (*
 		return nil, err
 	}
 	args := append(append([]string(nil), p.Goofy.Args...),
-		"--metrics-bind-address="+hostPort(ports[0]),
-		"--health-probe-bind-address="+hostPort(ports[1]),
+		"--diagnostics-address="+hostPort(ports[0]),
+		"--health-addr="+hostPort(ports[1]),
 		"--listener-port-range="+spec.ListenerPortRange,
 		"--state-dir="+filepath.Join(p.opts.OutputDir, spec.Name+"-state"),
 	)

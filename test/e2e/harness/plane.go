@@ -347,8 +347,9 @@ func (p *Plane) StartGoofy(ctx context.Context) error {
 			Args: append([]string{
 				"--kubeconfig=" + p.Kubeconfig,
 				"--leader-elect=false",
-				"--metrics-bind-address=" + hostPort(ports[0]),
-				"--health-probe-bind-address=" + hostPort(ports[1]),
+				"--diagnostics-address=" + hostPort(ports[0]),
+				"--insecure-diagnostics",
+				"--health-addr=" + hostPort(ports[1]),
 				"--listener-host=127.0.0.1",
 				"--listener-bind-address=127.0.0.1",
 				"--listener-port-range=" + portRange,
