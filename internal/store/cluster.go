@@ -163,7 +163,7 @@ func objectKey(namespace, name string) string {
 }
 
 // lookup resolves a served resource or answers 404 like the API server does for unknown paths.
-func lookup(gvr schema.GroupVersionResource) (*kindBehavior, error) {
+func lookup(gvr schema.GroupVersionResource) (*servedResource, error) {
 	b, ok := behaviorFor(gvr)
 	if !ok {
 		return nil, apierrors.NewNotFound(gvr.GroupResource(), "")
@@ -172,7 +172,7 @@ func lookup(gvr schema.GroupVersionResource) (*kindBehavior, error) {
 }
 
 // requestNamespace normalises the namespace of a request for the kind.
-func (b *kindBehavior) requestNamespace(namespace string) (string, error) {
+func (b *servedResource) requestNamespace(namespace string) (string, error) {
 	if !b.info.Namespaced {
 		return "", nil
 	}
@@ -183,7 +183,7 @@ func (b *kindBehavior) requestNamespace(namespace string) (string, error) {
 }
 
 // typedCopy returns a private typed copy of a request object, converting unstructured input.
-func (b *kindBehavior) typedCopy(obj runtime.Object) (client.Object, error) {
+func (b *servedResource) typedCopy(obj runtime.Object) (client.Object, error) {
 	if obj == nil || reflect.ValueOf(obj).IsNil() {
 		return nil, apierrors.NewBadRequest("no object provided")
 	}
@@ -275,8 +275,10 @@ func (c *Cluster) expireHistory() {
 	c.armExpiry()
 }
 
-// putLocked stores a new version of an object under a fresh RV and records the event.
-func (c *Cluster) putLocked(gr schema.GroupResource, obj, old client.Object) {
+// storeLocked commits obj as the new version of an object (old: the version it replaces, nil for
+// a new object): a fresh resourceVersion, the owner index, the disk, the watch history. The
+// simulated control plane then reacts to the change.
+func (c *Cluster) storeLocked(gr schema.GroupResource, obj, old client.Object) {
 	c.rv++
 	obj.SetResourceVersion(formatRV(c.rv))
 	key := objectKey(obj.GetNamespace(), obj.GetName())
@@ -295,10 +297,12 @@ func (c *Cluster) putLocked(gr schema.GroupResource, obj, old client.Object) {
 		c.bytes -= int64(sizeOf(old))
 	}
 	c.emit(typ, gr, key, obj, old, c.rv, size)
+	c.reactLocked(gr, old, obj)
 }
 
-// dropLocked removes an object and records its deletion; last is a private copy of its final state.
-func (c *Cluster) dropLocked(gr schema.GroupResource, old, last client.Object) {
+// eraseLocked commits the removal of old (last is a private copy of its final state, which the
+// watch event carries). The simulated control plane then reacts to it.
+func (c *Cluster) eraseLocked(gr schema.GroupResource, old, last client.Object) {
 	c.rv++
 	last.SetResourceVersion(formatRV(c.rv))
 	key := objectKey(old.GetNamespace(), old.GetName())
@@ -309,6 +313,7 @@ func (c *Cluster) dropLocked(gr schema.GroupResource, old, last client.Object) {
 	size := sizeOf(old)
 	c.bytes -= int64(size)
 	c.emit(watch.Deleted, gr, key, last, old, c.rv, size)
+	c.reactLocked(gr, old, nil)
 }
 
 // namespacedKeys returns the sorted keys of the kind's objects, limited to a namespace if given.

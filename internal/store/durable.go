@@ -60,7 +60,7 @@ func encodeStored(obj client.Object) func() ([]byte, error) {
 	}
 }
 
-func decodeStored(b *kindBehavior, value []byte) (client.Object, error) {
+func decodeStored(b *servedResource, value []byte) (client.Object, error) {
 	if len(value) == 0 {
 		return nil, fmt.Errorf("empty value")
 	}

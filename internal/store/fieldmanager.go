@@ -82,7 +82,7 @@ func sharedTypeConverter() managedfields.TypeConverter {
 // fieldManagerFor returns the shared field manager of a kind and subresource ("" or "status").
 // Reset fields keep apply on the main resource from owning status and vice versa, as the real
 // API server's strategies declare.
-func fieldManagerFor(b *kindBehavior, subresource string) (*managedfields.FieldManager, error) {
+func fieldManagerFor(b *servedResource, subresource string) (*managedfields.FieldManager, error) {
 	key := fieldManagerKey{b.info.GVK(), subresource}
 	fieldManagersMu.Lock()
 	defer fieldManagersMu.Unlock()

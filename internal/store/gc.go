@@ -38,7 +38,7 @@ func (c *Cluster) unindexOwners(gr schema.GroupResource, key string, obj client.
 
 // ownerOf resolves an owner reference of an object in namespace to the stored owner, if it exists
 // with the referenced UID.
-func (c *Cluster) ownerOf(namespace string, ref metav1.OwnerReference) (*kindBehavior, client.Object) {
+func (c *Cluster) ownerOf(namespace string, ref metav1.OwnerReference) (*servedResource, client.Object) {
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil {
 		return nil, nil
@@ -96,7 +96,7 @@ func (c *Cluster) collectDependents(owner client.Object) {
 			c.dropOwnerRef(db, dep, owner.GetUID())
 			continue
 		}
-		c.deleteLocked(db, dep, metav1.DeletePropagationBackground, nil)
+		c.controllerDeleteLocked(db, dep, metav1.DeletePropagationBackground, nil)
 	}
 }
 
@@ -110,7 +110,7 @@ func (c *Cluster) orphanDependents(owner client.Object) {
 	}
 }
 
-func (c *Cluster) dropOwnerRef(b *kindBehavior, dep client.Object, uid types.UID) {
+func (c *Cluster) dropOwnerRef(b *servedResource, dep client.Object, uid types.UID) {
 	next := dep.DeepCopyObject().(client.Object)
 	var refs []metav1.OwnerReference
 	for _, r := range next.GetOwnerReferences() {
@@ -119,7 +119,7 @@ func (c *Cluster) dropOwnerRef(b *kindBehavior, dep client.Object, uid types.UID
 		}
 	}
 	next.SetOwnerReferences(refs)
-	c.putLocked(b.info.GVR.GroupResource(), next, dep)
+	c.storeLocked(b.info.GVR.GroupResource(), next, dep)
 }
 
 // afterOwnersChanged lets owners in foreground deletion finish when a dependent left them.
@@ -141,7 +141,7 @@ func (c *Cluster) afterOwnersChanged(namespace string, before, after []metav1.Ow
 }
 
 // finishForeground completes a foreground deletion once no dependent blocks it.
-func (c *Cluster) finishForeground(b *kindBehavior, namespace, name string) {
+func (c *Cluster) finishForeground(b *servedResource, namespace, name string) {
 	gr := b.info.GVR.GroupResource()
 	owner := c.getLocked(gr, objectKey(namespace, name))
 	if owner == nil || owner.GetDeletionTimestamp() == nil || !hasFinalizer(owner, metav1.FinalizerDeleteDependents) {
@@ -161,10 +161,10 @@ func (c *Cluster) finishForeground(b *kindBehavior, namespace, name string) {
 	next := owner.DeepCopyObject().(client.Object)
 	next.SetFinalizers(without(next.GetFinalizers(), metav1.FinalizerDeleteDependents))
 	if len(next.GetFinalizers()) == 0 {
-		c.removeLocked(b, owner, next)
+		c.eraseLocked(gr, owner, next)
 		return
 	}
-	c.putLocked(gr, next, owner)
+	c.storeLocked(gr, next, owner)
 }
 
 func hasFinalizer(obj client.Object, f string) bool {

@@ -196,3 +196,38 @@ func TestPodsOfADeletedNodeAreCollected(t *testing.T) {
 	g.Expect(mustGet(t, c, held).GetDeletionGracePeriodSeconds()).To(HaveValue(BeEquivalentTo(0)))
 	g.Expect(mustGet(t, c, elsewhere).GetDeletionTimestamp()).To(BeNil())
 }
+
+// The kubelet reacts to the committed change: a shorter grace period given to a terminating pod
+// makes it stop that much sooner, as a real kubelet does.
+func TestShorterGracePeriodStopsThePodSooner(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t, ClusterOptions{KubernetesVersion: "v1.36.3", PodStopDelay: time.Hour})
+	created := mustCreate(t, c, scheduledPod("default", "slow"))
+	deletePod(t, c, "slow", nil) // 30 s: the kubelet would stop it in 30 s
+	shortened := deletePod(t, c, "slow", ptr.To[int64](1))
+	g.Expect(shortened.DeletionGracePeriodSeconds).To(HaveValue(BeEquivalentTo(1)))
+	g.Eventually(func() bool { return exists(c, created) }).WithTimeout(5 * time.Second).Should(BeFalse())
+}
+
+// The garbage collector reacts to committed changes of owner references: a dependent that drops
+// its blocking reference lets its owner's foreground deletion finish.
+func TestOrphaningTheBlockingDependentFinishesForegroundDeletion(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	owner := mustCreate(t, c, configMap("default", "owner", nil))
+	dep := configMap("default", "dep", nil)
+	dep.Finalizers = []string{"example.com/hold"}
+	dep.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "owner", UID: owner.GetUID(), BlockOwnerDeletion: ptr.To(true)}}
+	mustCreate(t, c, dep)
+	_, err := c.Delete(corev1.SchemeGroupVersion.WithResource("configmaps"), "default", "owner",
+		DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(exists(c, owner)).To(BeTrue(), "the finalizer-held dependent blocks its owner")
+
+	cur := mustGet(t, c, dep).(*corev1.ConfigMap)
+	cur.OwnerReferences = nil
+	_, err = c.Update(corev1.SchemeGroupVersion.WithResource("configmaps"), "default", cur, UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.Get(corev1.SchemeGroupVersion.WithResource("configmaps"), "default", "owner")
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no dependent blocks it any more")
+}

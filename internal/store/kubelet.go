@@ -14,6 +14,19 @@ import (
 // stays Terminating until its kubelet deletes it with a grace period of 0. The simulated kubelet
 // answers after ClusterOptions.PodStopDelay, or after the grace period when that is shorter.
 
+// kubeletSawPod makes the pod's kubelet stop a pod that has just begun terminating or whose grace
+// period got shorter.
+func (c *Cluster) kubeletSawPod(old, pod client.Object) {
+	grace := pod.GetDeletionGracePeriodSeconds()
+	if pod.GetDeletionTimestamp() == nil || grace == nil || *grace == 0 {
+		return
+	}
+	if old != nil && old.GetDeletionGracePeriodSeconds() != nil && *old.GetDeletionGracePeriodSeconds() <= *grace {
+		return
+	}
+	c.scheduleKubeletStop(pod, *grace)
+}
+
 // scheduleKubeletStop makes the simulated kubelet confirm that pod has stopped, after the stop
 // delay or its grace period, whichever is shorter.
 func (c *Cluster) scheduleKubeletStop(pod client.Object, period int64) {
@@ -40,5 +53,5 @@ func (c *Cluster) kubeletStopped(key string, uid types.UID) {
 		return
 	}
 	zero := int64(0)
-	c.deleteLocked(b, cur, metav1.DeletePropagationBackground, &zero)
+	c.controllerDeleteLocked(b, cur, metav1.DeletePropagationBackground, &zero)
 }

@@ -31,7 +31,7 @@ func (s selection) everything() bool {
 	return (s.label == nil || s.label.Empty()) && (s.field == nil || s.field.Empty())
 }
 
-func (s selection) matches(b *kindBehavior, obj client.Object) bool {
+func (s selection) matches(b *servedResource, obj client.Object) bool {
 	if s.label != nil && !s.label.Empty() && !s.label.Matches(labels.Set(obj.GetLabels())) {
 		return false
 	}
@@ -43,7 +43,7 @@ func (s selection) matches(b *kindBehavior, obj client.Object) bool {
 
 // selectors validates the selectors of a request against the kind's field set; an unsupported
 // field is a 400, with the real API server's message.
-func (b *kindBehavior) selectors(opts ListOptions) (selection, error) {
+func (b *servedResource) selectors(opts ListOptions) (selection, error) {
 	sel := selection{label: opts.LabelSelector}
 	if opts.FieldSelector != nil && !opts.FieldSelector.Empty() {
 		f, err := opts.FieldSelector.Transform(func(field, value string) (string, string, error) {
@@ -262,7 +262,7 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 }
 
 // buildList makes the typed list of a kind from stored objects (deep-copied when copyItems).
-func (b *kindBehavior) buildList(objs []client.Object, rv, cont string, remaining *int64, copyItems bool) runtime.Object {
+func (b *servedResource) buildList(objs []client.Object, rv, cont string, remaining *int64, copyItems bool) runtime.Object {
 	listObj, err := Scheme().New(b.info.GVR.GroupVersion().WithKind(b.info.ListKind))
 	if err != nil {
 		panic(fmt.Sprintf("store: list kind of %s missing from scheme: %v", b.info.Kind, err))

@@ -39,11 +39,11 @@ func (c *Cluster) checkNamespaceOpen(namespace string) error {
 
 // deleteNamespaceLocked marks the namespace Terminating, deletes its content and finishes the
 // namespace once the content is gone, as the namespace controller does.
-func (c *Cluster) deleteNamespaceLocked(b *kindBehavior, cur client.Object) client.Object {
+func (c *Cluster) deleteNamespaceLocked(b *servedResource, cur client.Object) client.Object {
 	next := markDeleting(cur).(*corev1.Namespace)
 	next.SetDeletionGracePeriodSeconds(nil)
 	next.Status.Phase = corev1.NamespaceTerminating
-	c.putLocked(b.info.GVR.GroupResource(), next, cur)
+	c.storeLocked(b.info.GVR.GroupResource(), next, cur)
 	for gr, m := range c.objects {
 		db, ok := behaviorForGR(gr)
 		if !ok || !db.info.Namespaced {
@@ -51,7 +51,7 @@ func (c *Cluster) deleteNamespaceLocked(b *kindBehavior, cur client.Object) clie
 		}
 		for _, key := range namespacedKeys(m, next.Name) {
 			if obj := c.getLocked(gr, key); obj != nil {
-				c.deleteLocked(db, obj, metav1.DeletePropagationBackground, nil)
+				c.controllerDeleteLocked(db, obj, metav1.DeletePropagationBackground, nil)
 			}
 		}
 	}
@@ -85,12 +85,11 @@ func (c *Cluster) finishNamespace(name string) {
 		}
 	}
 	next.Spec.Finalizers = fins
-	b, _ := behaviorFor(namespacesGVR)
 	if len(fins) == 0 && len(next.Finalizers) == 0 {
-		c.removeLocked(b, obj, next)
+		c.eraseLocked(gr, obj, next)
 		return
 	}
 	if !equality.Semantic.DeepEqual(next, obj) {
-		c.putLocked(gr, next, obj)
+		c.storeLocked(gr, next, obj)
 	}
 }

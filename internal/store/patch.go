@@ -197,7 +197,7 @@ func PatchTyped(cur runtime.Object, pt types.PatchType, data []byte, directive s
 
 // applied runs server-side apply against cur (nil: the object is to be created) and returns the
 // result with its managed fields. It reads no cluster state but cur.
-func (b *kindBehavior) applied(cur client.Object, namespace, name string, data []byte, opts PatchOptions) (client.Object, []string, error) {
+func (b *servedResource) applied(cur client.Object, namespace, name string, data []byte, opts PatchOptions) (client.Object, []string, error) {
 	patchObj := &unstructured.Unstructured{Object: map[string]interface{}{}}
 	if err := yaml.Unmarshal(data, &patchObj.Object); err != nil {
 		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))

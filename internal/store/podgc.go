@@ -18,7 +18,7 @@ func (c *Cluster) collectPodsOfNode(node string) {
 	zero := int64(0)
 	for _, obj := range c.objects[podsGR] {
 		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName == node {
-			c.deleteLocked(b, pod, metav1.DeletePropagationBackground, &zero)
+			c.controllerDeleteLocked(b, pod, metav1.DeletePropagationBackground, &zero)
 		}
 	}
 }

@@ -16,9 +16,9 @@ import (
 // ResourceInfo describes one served resource, for discovery and routing.
 type ResourceInfo = kinds.ResourceInfo
 
-// kindBehavior is the registry's entry for one served resource: the kind's strategy (package
+// servedResource is the registry's entry for one served resource: the kind's strategy (package
 // kinds) and what the generic verbs derive from it once.
-type kindBehavior struct {
+type servedResource struct {
 	info     ResourceInfo
 	strategy kinds.Strategy
 	// status is the strategy of the status subresource, nil without one.
@@ -33,15 +33,15 @@ var (
 )
 
 type registry struct {
-	byGVR map[schema.GroupVersionResource]*kindBehavior
-	byGR  map[schema.GroupResource]*kindBehavior
+	byGVR map[schema.GroupVersionResource]*servedResource
+	byGR  map[schema.GroupResource]*servedResource
 	byGVK map[schema.GroupVersionKind]*ResourceInfo
 }
 
 var reg = func() *registry {
 	r := &registry{
-		byGVR: map[schema.GroupVersionResource]*kindBehavior{},
-		byGR:  map[schema.GroupResource]*kindBehavior{},
+		byGVR: map[schema.GroupVersionResource]*servedResource{},
+		byGR:  map[schema.GroupResource]*servedResource{},
 		byGVK: map[schema.GroupVersionKind]*ResourceInfo{},
 	}
 	for _, s := range kinds.All() {
@@ -50,7 +50,7 @@ var reg = func() *registry {
 		if err != nil {
 			panic(fmt.Sprintf("store: kind %v not in scheme: %v", info.GVK(), err))
 		}
-		b := &kindBehavior{info: info, strategy: s, status: s.StatusStrategy(), goType: reflect.TypeOf(obj).Elem()}
+		b := &servedResource{info: info, strategy: s, status: s.StatusStrategy(), goType: reflect.TypeOf(obj).Elem()}
 		b.hasStatus = b.status != nil
 		r.byGVR[info.GVR] = b
 		r.byGR[info.GVR.GroupResource()] = b
@@ -63,12 +63,12 @@ var reg = func() *registry {
 // only its objects.
 func shared() *registry { return reg }
 
-func behaviorFor(gvr schema.GroupVersionResource) (*kindBehavior, bool) {
+func behaviorFor(gvr schema.GroupVersionResource) (*servedResource, bool) {
 	b, ok := reg.byGVR[gvr]
 	return b, ok
 }
 
-func behaviorForGR(gr schema.GroupResource) (*kindBehavior, bool) {
+func behaviorForGR(gr schema.GroupResource) (*servedResource, bool) {
 	b, ok := reg.byGR[gr]
 	return b, ok
 }

@@ -29,7 +29,7 @@ const watchBatch = 256
 // for which a goroutine feeds the channel from Next.
 type Watcher struct {
 	c       *Cluster
-	b       *kindBehavior
+	b       *servedResource
 	gr      schema.GroupResource
 	ns      string
 	sel     selection

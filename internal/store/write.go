@@ -49,7 +49,7 @@ func (c *Cluster) Create(gvr schema.GroupVersionResource, namespace string, obj 
 }
 
 // newObject returns an empty object of the kind with its apiVersion and kind set.
-func (b *kindBehavior) newObject() client.Object {
+func (b *servedResource) newObject() client.Object {
 	obj, _ := Scheme().New(b.info.GVK())
 	obj.GetObjectKind().SetGroupVersionKind(b.info.GVK())
 	return obj.(client.Object)
@@ -62,7 +62,7 @@ func requestContext(namespace string) context.Context {
 
 // createLocked prepares and stores obj, a private copy the store may keep, recording manager's
 // fields. Callers hold c.mu (the simulator's own creates).
-func (c *Cluster) createLocked(b *kindBehavior, obj client.Object, dryRun bool, manager string, untracked bool) (client.Object, error) {
+func (c *Cluster) createLocked(b *servedResource, obj client.Object, dryRun bool, manager string, untracked bool) (client.Object, error) {
 	generated, err := b.prepareCreate(obj.GetNamespace(), obj, manager, untracked)
 	if err != nil {
 		return nil, err
@@ -76,7 +76,7 @@ func (c *Cluster) createLocked(b *kindBehavior, obj client.Object, dryRun bool, 
 // fields (an Update entry, as for any create; with untracked, see CreateOptions.SkipManagedFields,
 // an object that brings no managedFields gets none). It reads no cluster state, so callers run
 // it before taking the lock; generated reports whether the name was generated.
-func (b *kindBehavior) prepareCreate(namespace string, obj client.Object, manager string, untracked bool) (generated bool, err error) {
+func (b *servedResource) prepareCreate(namespace string, obj client.Object, manager string, untracked bool) (generated bool, err error) {
 	if generated, err = b.beforeCreate(namespace, obj); err != nil {
 		return false, err
 	}
@@ -95,7 +95,7 @@ func (b *kindBehavior) prepareCreate(namespace string, obj client.Object, manage
 
 // beforeCreate runs the create half of the kind's strategy on obj, whose managed fields are
 // already set when it comes from server-side apply.
-func (b *kindBehavior) beforeCreate(namespace string, obj client.Object) (generated bool, err error) {
+func (b *servedResource) beforeCreate(namespace string, obj client.Object) (generated bool, err error) {
 	obj.GetObjectKind().SetGroupVersionKind(b.info.GVK())
 	b.strategy.Default(obj)
 	if obj.GetName() == "" && obj.GetGenerateName() != "" {
@@ -117,7 +117,7 @@ func (b *kindBehavior) beforeCreate(namespace string, obj client.Object) (genera
 
 // trackUpdate returns how a non-apply write by manager records managed fields (see
 // UpdateOptions.SkipManagedFields for untracked).
-func trackUpdate(b *kindBehavior, subresource, manager string, untracked bool) managedFieldsFunc {
+func trackUpdate(b *servedResource, subresource, manager string, untracked bool) managedFieldsFunc {
 	return func(live, next client.Object) (client.Object, error) {
 		if untracked && len(live.GetManagedFields()) == 0 && len(next.GetManagedFields()) == 0 {
 			return next, nil
@@ -146,7 +146,7 @@ func truncateManagedTimes(obj client.Object) {
 // beforeCreate), after the checks that need the cluster's state: the namespace is open and the
 // name free (a generated name that collides is generated again, as upstream retries). Callers
 // hold c.mu.
-func (c *Cluster) commitCreateLocked(b *kindBehavior, obj client.Object, generated, dryRun bool) (client.Object, error) {
+func (c *Cluster) commitCreateLocked(b *servedResource, obj client.Object, generated, dryRun bool) (client.Object, error) {
 	gr := b.info.GVR.GroupResource()
 	if b.info.Namespaced {
 		if err := c.checkNamespaceOpen(obj.GetNamespace()); err != nil {
@@ -168,7 +168,7 @@ func (c *Cluster) commitCreateLocked(b *kindBehavior, obj client.Object, generat
 	if err := c.admitLocked(obj, nil); err != nil {
 		return nil, err
 	}
-	c.putLocked(gr, obj, nil)
+	c.storeLocked(gr, obj, nil)
 	return obj, nil
 }
 
@@ -251,7 +251,7 @@ func (c *Cluster) writeOptimistically(gr schema.GroupResource, namespace, name s
 	return nil, conflict(gr, name)
 }
 
-func (b *kindBehavior) checkSubresource(sub string) error {
+func (b *servedResource) checkSubresource(sub string) error {
 	switch sub {
 	case "":
 		return nil
@@ -276,7 +276,7 @@ type managedFieldsFunc func(live, next client.Object) (client.Object, error)
 // update rules: the resourceVersion precondition, defaults, the kind's strategy (or its status
 // subresource's) through rest.BeforeUpdate, then managed fields. It reports whether the result
 // differs from cur, and reads no cluster state but cur.
-func (b *kindBehavior) prepareUpdate(cur, next client.Object, sub string, managed managedFieldsFunc) (client.Object, bool, error) {
+func (b *servedResource) prepareUpdate(cur, next client.Object, sub string, managed managedFieldsFunc) (client.Object, bool, error) {
 	gr := b.info.GVR.GroupResource()
 	if rv := next.GetResourceVersion(); rv != "" && rv != cur.GetResourceVersion() {
 		return nil, false, conflict(gr, cur.GetName())
@@ -307,7 +307,7 @@ func (b *kindBehavior) prepareUpdate(cur, next client.Object, sub string, manage
 
 // commitUpdateLocked stores next, prepared from cur by prepareUpdate, unless it changes nothing.
 // Callers hold c.mu and have checked that cur is still the stored version.
-func (c *Cluster) commitUpdateLocked(b *kindBehavior, cur, next client.Object, changed, dryRun bool) (client.Object, error) {
+func (c *Cluster) commitUpdateLocked(b *servedResource, cur, next client.Object, changed, dryRun bool) (client.Object, error) {
 	if !changed {
 		return cur, nil
 	}
@@ -317,18 +317,18 @@ func (c *Cluster) commitUpdateLocked(b *kindBehavior, cur, next client.Object, c
 	if next.GetDeletionTimestamp() != nil && len(next.GetFinalizers()) == 0 && ptr.Deref(next.GetDeletionGracePeriodSeconds(), 0) == 0 {
 		// The last finalizer of a deleting object is gone: it is removed now (a terminating pod
 		// still waits for its kubelet).
-		return c.removeLocked(b, cur, next), nil
+		c.eraseLocked(b.info.GVR.GroupResource(), cur, next)
+		return next, nil
 	}
 	if err := c.admitLocked(next, cur); err != nil {
 		return nil, err
 	}
-	c.putLocked(b.info.GVR.GroupResource(), next, cur)
-	c.afterOwnersChanged(next.GetNamespace(), cur.GetOwnerReferences(), next.GetOwnerReferences())
+	c.storeLocked(b.info.GVR.GroupResource(), next, cur)
 	return next, nil
 }
 
 // Delete deletes an object: it is removed at once unless finalizers hold it, in which case it gets
-// a deletionTimestamp, or it is a pod on a node, which terminates gracefully (see graceful.go).
+// a deletionTimestamp, or it is a pod on a node, which terminates gracefully (see kubelet.go).
 // Dependents are garbage collected per the propagation policy.
 func (c *Cluster) Delete(gvr schema.GroupVersionResource, namespace, name string, opts DeleteOptions) (_ runtime.Object, err error) {
 	b, err := lookup(gvr)
@@ -344,14 +344,16 @@ func (c *Cluster) Delete(gvr schema.GroupVersionResource, namespace, name string
 	if cur == nil {
 		return nil, apierrors.NewNotFound(gvr.GroupResource(), name)
 	}
-	out, err := c.deleteChecked(b, cur, opts)
+	out, err := c.deleteRequestedLocked(b, cur, opts)
 	if err != nil {
 		return nil, err
 	}
 	return out.DeepCopyObject(), nil
 }
 
-func (c *Cluster) deleteChecked(b *kindBehavior, cur client.Object, opts DeleteOptions) (client.Object, error) {
+// deleteRequestedLocked is a client's delete of cur: namespaces the API server keeps are refused,
+// a dry run changes nothing.
+func (c *Cluster) deleteRequestedLocked(b *servedResource, cur client.Object, opts DeleteOptions) (client.Object, error) {
 	gr := b.info.GVR.GroupResource()
 	if gr == namespacesGVR.GroupResource() && immortalNamespaces[cur.GetName()] {
 		return nil, apierrors.NewForbidden(gr, cur.GetName(), errors.New("this namespace may not be deleted"))
@@ -365,11 +367,11 @@ func (c *Cluster) deleteChecked(b *kindBehavior, cur client.Object, opts DeleteO
 		options.DryRun = []string{metav1.DryRunAll}
 		return dryRunDelete(b, cur, options)
 	}
-	return c.deleteWithOptionsLocked(b, cur, options)
+	return c.deleteLocked(b, cur, options)
 }
 
 // dryRunDelete returns what a delete of cur would leave, changing nothing.
-func dryRunDelete(b *kindBehavior, cur client.Object, options *metav1.DeleteOptions) (client.Object, error) {
+func dryRunDelete(b *servedResource, cur client.Object, options *metav1.DeleteOptions) (client.Object, error) {
 	next := cur.DeepCopyObject().(client.Object)
 	graceful, pending, err := rest.BeforeDelete(b.strategy, context.Background(), next, options)
 	switch {
@@ -383,23 +385,23 @@ func dryRunDelete(b *kindBehavior, cur client.Object, options *metav1.DeleteOpti
 	return next, nil
 }
 
-// deleteLocked is the simulated control plane's delete of cur (garbage collector, namespace
+// controllerDeleteLocked is the simulated control plane's delete of cur (garbage collector, namespace
 // controller, pod garbage collector, kubelet): no preconditions, so it cannot fail.
-func (c *Cluster) deleteLocked(b *kindBehavior, cur client.Object, policy metav1.DeletionPropagation, gracePeriod *int64) client.Object {
-	out, err := c.deleteWithOptionsLocked(b, cur, &metav1.DeleteOptions{PropagationPolicy: &policy, GracePeriodSeconds: gracePeriod})
+func (c *Cluster) controllerDeleteLocked(b *servedResource, cur client.Object, policy metav1.DeletionPropagation, gracePeriod *int64) client.Object {
+	out, err := c.deleteLocked(b, cur, &metav1.DeleteOptions{PropagationPolicy: &policy, GracePeriodSeconds: gracePeriod})
 	if err != nil {
 		return cur
 	}
 	return out
 }
 
-// deleteWithOptionsLocked starts or completes the deletion of cur as kube-apiserver's generic
+// deleteLocked starts or completes the deletion of cur as kube-apiserver's generic
 // registry does, and returns its resulting state. rest.BeforeDelete checks the options and the
 // preconditions and decides graceful deletion with the kind's strategy: a pod on a node stays,
 // terminating, until its kubelet has stopped it, and a second delete may only shorten its grace
 // period. Finalizers hold an object with a deletionTimestamp; without them it is removed, and
 // its dependents are garbage collected per the propagation policy.
-func (c *Cluster) deleteWithOptionsLocked(b *kindBehavior, cur client.Object, options *metav1.DeleteOptions) (client.Object, error) {
+func (c *Cluster) deleteLocked(b *servedResource, cur client.Object, options *metav1.DeleteOptions) (client.Object, error) {
 	gr := b.info.GVR.GroupResource()
 	next := cur.DeepCopyObject().(client.Object)
 	graceful, pending, err := rest.BeforeDelete(b.strategy, context.Background(), next, options)
@@ -417,13 +419,14 @@ func (c *Cluster) deleteWithOptionsLocked(b *kindBehavior, cur client.Object, op
 	case cur.GetDeletionTimestamp() != nil:
 		// Already being deleted: finalizers decide when it goes.
 		if graceful && (period > 0 || len(next.GetFinalizers()) > 0) {
-			c.putLocked(gr, next, cur)
+			c.storeLocked(gr, next, cur)
 			return next, nil
 		}
 		if !graceful && len(cur.GetFinalizers()) > 0 {
 			return cur, nil
 		}
-		return c.removeLocked(b, cur, next), nil
+		c.eraseLocked(gr, cur, next)
+		return next, nil
 	case b.info.GVR == namespacesGVR:
 		return c.deleteNamespaceLocked(b, cur), nil
 	}
@@ -437,30 +440,30 @@ func (c *Cluster) deleteWithOptionsLocked(b *kindBehavior, cur client.Object, op
 	}
 	switch {
 	case graceful && period > 0:
-		c.putLocked(gr, next, cur)
-		c.scheduleKubeletStop(next, period)
+		c.storeLocked(gr, next, cur) // its kubelet stops it (kubelet.go)
 		return next, nil
 	case len(cur.GetFinalizers()) > 0:
 		if !graceful { // a graceful delete with period 0 is already marked
 			next = markDeleting(cur)
 		}
-		c.putLocked(gr, next, cur)
+		c.storeLocked(gr, next, cur)
 		return next, nil
 	}
-	return c.removeLocked(b, cur, next), nil
+	c.eraseLocked(gr, cur, next)
+	return next, nil
 }
 
 // deleteForegroundLocked keeps the owner, marked with the foregroundDeletion finalizer, until its
 // blocking dependents are gone, and deletes them.
-func (c *Cluster) deleteForegroundLocked(b *kindBehavior, cur client.Object) client.Object {
+func (c *Cluster) deleteForegroundLocked(b *servedResource, cur client.Object) client.Object {
 	gr := b.info.GVR.GroupResource()
 	next := markDeleting(cur)
 	next.SetFinalizers(append(next.GetFinalizers(), metav1.FinalizerDeleteDependents))
-	c.putLocked(gr, next, cur)
+	c.storeLocked(gr, next, cur)
 	for ref := range c.deps[cur.GetUID()] {
 		if dep := c.getLocked(ref.gr, ref.key); dep != nil {
 			db, _ := behaviorForGR(ref.gr)
-			c.deleteLocked(db, dep, metav1.DeletePropagationForeground, nil)
+			c.controllerDeleteLocked(db, dep, metav1.DeletePropagationForeground, nil)
 		}
 	}
 	c.finishForeground(b, next.GetNamespace(), next.GetName())
@@ -482,23 +485,6 @@ func markDeleting(cur client.Object) client.Object {
 		next.SetGeneration(next.GetGeneration() + 1)
 	}
 	return next
-}
-
-// removeLocked removes cur from the store (last is its final state, a private copy) and then
-// runs what the garbage collector, namespace controller and pod garbage collector would do in
-// response.
-func (c *Cluster) removeLocked(b *kindBehavior, cur, last client.Object) client.Object {
-	gr := b.info.GVR.GroupResource()
-	c.dropLocked(gr, cur, last)
-	c.collectDependents(cur)
-	if b.info.Namespaced {
-		c.finishNamespace(cur.GetNamespace())
-	}
-	if gr == nodesGR {
-		c.collectPodsOfNode(cur.GetName())
-	}
-	c.afterOwnersChanged(cur.GetNamespace(), cur.GetOwnerReferences(), nil)
-	return last
 }
 
 // DeleteCollection deletes all matching objects and returns them as a list.
@@ -523,7 +509,7 @@ func (c *Cluster) DeleteCollection(gvr schema.GroupVersionResource, namespace st
 		if cur == nil || !sel.matches(b, cur) {
 			continue
 		}
-		res, err := c.deleteChecked(b, cur, opts)
+		res, err := c.deleteRequestedLocked(b, cur, opts)
 		if err != nil {
 			if apierrors.IsForbidden(err) {
 				continue // e.g. immortal namespaces
