@@ -146,3 +146,23 @@ func BenchmarkGETHandler(b *testing.B) {
 	}
 	reportRate(b, "GETs/s", cpu0)
 }
+
+// BenchmarkNotFoundHandler is BenchmarkGETHandler for a missing object: controllers probe for
+// absent objects constantly, so a 404 should cost no more than a GET.
+func BenchmarkNotFoundHandler(b *testing.B) {
+	env := newTestEnv(b, Options{})
+	h := NewHandler(env.cluster, Options{})
+	req := httptest.NewRequest("GET", cmPath+"/missing", nil)
+	req.Header.Set("Accept", "application/json")
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 404 {
+			b.Fatal(rec.Code)
+		}
+	}
+	reportRate(b, "404s/s", cpu0)
+}

@@ -2,12 +2,18 @@ package apiserver
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 )
 
@@ -167,4 +173,30 @@ func TestWatchPathPrefix(t *testing.T) {
 	g.Expect(ev.Type).To(Equal("ADDED"))
 	g.Expect(string(ev.Object.Raw)).To(ContainSubstring(`"name":"one"`))
 	g.Expect(string(ev.Object.Raw)).To(ContainSubstring(`"kind":"ConfigMap"`))
+}
+
+// The direct Status writer answers byte for byte what upstream's ErrorNegotiated answers, in
+// every media type a client asks for.
+func TestStatusDirectMatchesErrorNegotiated(t *testing.T) {
+	g := NewWithT(t)
+	errs := []error{
+		apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, "missing"),
+		apierrors.NewConflict(schema.GroupResource{Group: "apps", Resource: "deployments"}, "d", errors.New("changed")),
+		apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, "c", field.ErrorList{field.Invalid(field.NewPath("data"), "x", "bad")}),
+		errors.New("not an API error"),
+	}
+	for _, accept := range []string{"application/json", "application/vnd.kubernetes.protobuf", "application/yaml", "*/*", ""} {
+		for _, err := range errs {
+			req := httptest.NewRequest("GET", "/api/v1/namespaces/default/configmaps/missing", nil)
+			if accept != "" {
+				req.Header.Set("Accept", accept)
+			}
+			direct, upstream := httptest.NewRecorder(), httptest.NewRecorder()
+			g.Expect(writeStatusDirect(direct, req, responsewriters.ErrorToAPIStatus(err))).To(BeTrue(), accept)
+			responsewriters.ErrorNegotiated(err, getServing().meta, metav1.Unversioned, upstream, req)
+			g.Expect(direct.Code).To(Equal(upstream.Code), "%s %v", accept, err)
+			g.Expect(direct.Header().Get("Content-Type")).To(Equal(upstream.Header().Get("Content-Type")), "%s %v", accept, err)
+			g.Expect(direct.Body.String()).To(Equal(upstream.Body.String()), "%s %v", accept, err)
+		}
+	}
 }

@@ -5,9 +5,11 @@
 package apiserver
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -189,10 +191,41 @@ func notFound() error {
 // writeError writes err as a metav1.Status in the negotiated content type (JSON when the client
 // accepts nothing we can produce). Errors that are not API errors become 500s.
 func (h *handler) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	code := responsewriters.ErrorNegotiated(err, getServing().meta, metav1.Unversioned, w, r)
+	status := responsewriters.ErrorToAPIStatus(err)
+	code := int(status.Code)
+	if !writeStatusDirect(w, r, status) {
+		responsewriters.ErrorNegotiated(err, getServing().meta, metav1.Unversioned, w, r)
+	}
 	if code >= 500 {
 		h.log.Error(err, "Request failed", "method", r.Method, "uri", r.URL.RequestURI(), "code", code)
 	}
+}
+
+// writeStatusDirect writes a small Status as upstream's ErrorNegotiated does, straight through the
+// negotiated serializer rather than the versioning codec, tracing and deferred writer that a
+// general response needs: controllers probe for absent objects all the time, and a 404 should
+// cost what a GET costs. It reports false for what it leaves to ErrorNegotiated (pretty output,
+// Retry-After, 204, anything it cannot negotiate).
+func writeStatusDirect(w http.ResponseWriter, r *http.Request, status *metav1.Status) bool {
+	if status.Code == http.StatusNoContent || status.Details != nil && status.Details.RetryAfterSeconds > 0 {
+		return false
+	}
+	_, info, err := negotiation.NegotiateOutputMediaType(r, getServing().meta, negotiation.DefaultEndpointRestrictions)
+	if err != nil || info.Serializer == info.PrettySerializer {
+		return false
+	}
+	out := *status
+	out.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}
+	var buf bytes.Buffer
+	if err := info.Serializer.Encode(&out, &buf); err != nil {
+		return false
+	}
+	hdr := w.Header()
+	hdr.Set("Content-Type", info.MediaType)
+	hdr.Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(int(status.Code))
+	_, _ = w.Write(buf.Bytes())
+	return true
 }
 
 // versionInfo renders /version for the cluster's Kubernetes version, e.g. "v1.36.3".
