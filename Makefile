@@ -17,6 +17,16 @@ GO_TEST_FLAGS ?=
 RELEASE_DIR := out
 
 export K8S_VERSION ETCD_VERSION
+
+# The version the manager reports (--version, its first log line), set with -ldflags in CAPI's
+# version package, as CAPI's managers do. Evaluated only by the targets that build the manager.
+VERSION_PKG := sigs.k8s.io/cluster-api/version
+GIT_COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+GIT_TREE_STATE ?= $(shell test -z "$$(git status --porcelain 2>/dev/null)" && echo clean || echo dirty)
+BUILD_DATE ?= $(shell date -u +'%Y-%m-%dT%H:%M:%SZ')
+LDFLAGS ?= -X $(VERSION_PKG).gitVersion=$(VERSION) -X $(VERSION_PKG).gitCommit=$(GIT_COMMIT) \
+	-X $(VERSION_PKG).gitTreeState=$(GIT_TREE_STATE) -X $(VERSION_PKG).buildDate=$(BUILD_DATE) \
+	-X $(VERSION_PKG).gitMajor=$(word 1,$(subst ., ,$(VERSION:v%=%))) -X $(VERSION_PKG).gitMinor=$(word 2,$(subst ., ,$(VERSION:v%=%)))
 export GOOFY_CACHE_DIR := $(CACHE_DIR)
 
 ##@ General
@@ -56,12 +66,12 @@ verify: generate manifests ## Regenerate and fail if generated files or formatti
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager binary into bin/manager.
-	go build -o bin/manager .
+build: ## Build the manager binary into bin/manager (its --version is VERSION and the git commit).
+	go build -ldflags "$(LDFLAGS)" -o bin/manager .
 
 .PHONY: run-manager
 run-manager: ## Run the manager against the cluster of the current kubeconfig.
-	go run . --leader-elect=false
+	go run -ldflags "$(LDFLAGS)" . --leader-elect=false
 
 .PHONY: run
 run: ## Quick start: build what is missing, start a local management plane, create a cluster (3 CP + 2 workers), keep running until Ctrl-C.
@@ -123,7 +133,7 @@ IMAGE_TAR ?= $(RELEASE_DIR)/image/goofy-manager-$(VERSION).tar
 
 .PHONY: image
 image: ## Build the manager image as a tarball without Docker ($(IMAGE_TAR); `docker load -i` it). `docker build .` uses the Dockerfile.
-	CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w" -o bin/manager-linux .
+	CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w $(LDFLAGS)" -o bin/manager-linux .
 	go -C hack/tools run ./imagebuild --binary $(CURDIR)/bin/manager-linux --tag $(IMG) --out $(CURDIR)/$(IMAGE_TAR)
 
 .PHONY: release-manifests

@@ -21,15 +21,20 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/logs"
+	logsv1 "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+	"k8s.io/klog/v2"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/flags"
+	"sigs.k8s.io/cluster-api/version"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -75,7 +80,12 @@ type options struct {
 	workloadStorageQuota int64
 	profilerAddress      string
 
-	zap zap.Options
+	// logs holds component-base's logging flags (--v, --vmodule, --logging-format, ...).
+	logs *logsv1.LoggingConfiguration
+	// zapLogLevel, zapEncoder and zapDevel are the deprecated zap flags that still mean something.
+	zapLogLevel, zapEncoder string
+	zapDevel                bool
+	printVersion            bool
 
 	// skipNameValidation lets tests start more than one manager per process.
 	skipNameValidation bool
@@ -109,15 +119,28 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.workloadStorageQuota, "workload-storage-quota", store.DefaultStorageQuota, "Bytes each workload cluster may store (protobuf size of its objects); past it, writes fail as kube-apiserver's do when etcd's quota is exhausted. 0 or less: no quota.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "How long in-flight workload cluster requests may take on shutdown.")
 
-	goFlags := flag.NewFlagSet("", flag.ExitOnError)
-	o.zap.BindFlags(goFlags)
-	fs.AddGoFlagSet(goFlags)
+	if o.logs == nil {
+		o.logs = logs.NewOptions()
+	}
+	logsv1.AddFlags(o.logs, fs)
+	fs.BoolVar(&o.printVersion, "version", false, "Print the version and exit.")
 
 	// Renamed flags, kept for one release (hidden from --help; using one prints a warning).
 	fs.StringVar(&o.healthAddr, "health-probe-bind-address", ":9440", "Deprecated: use --health-addr.")
 	_ = fs.MarkDeprecated("health-probe-bind-address", "use --health-addr instead; this alias will be removed in the next release")
 	fs.StringVar(&o.metricsBindAddress, "metrics-bind-address", "", "Deprecated: use --diagnostics-address (HTTPS) or --diagnostics-address with --insecure-diagnostics (plain HTTP).")
 	_ = fs.MarkDeprecated("metrics-bind-address", "use --diagnostics-address (HTTPS with authentication and authorization), with --insecure-diagnostics for plain HTTP as this flag served; it will be removed in the next release")
+	// controller-runtime's zap flags, before component-base's logging.
+	fs.StringVar(&o.zapLogLevel, "zap-log-level", "", "Deprecated: use --v.")
+	_ = fs.MarkDeprecated("zap-log-level", "use --v (debug is --v=1, an integer N is --v=N); it will be removed in the next release")
+	fs.StringVar(&o.zapEncoder, "zap-encoder", "", "Deprecated: use --logging-format.")
+	_ = fs.MarkDeprecated("zap-encoder", "use --logging-format (json, or text for console); it will be removed in the next release")
+	fs.BoolVar(&o.zapDevel, "zap-devel", false, "Deprecated: use --v=1.")
+	_ = fs.MarkDeprecated("zap-devel", "use --v=1 (the text format is the default); it will be removed in the next release")
+	for _, name := range []string{"zap-stacktrace-level", "zap-time-encoding"} {
+		fs.String(name, "", "Deprecated: ignored.")
+		_ = fs.MarkDeprecated(name, "it has no effect since the manager logs through component-base (--logging-format); it will be removed in the next release")
+	}
 }
 
 // complete resolves the deprecated aliases once fs is parsed. --metrics-bind-address served plain
@@ -133,7 +156,65 @@ func (o *options) complete(fs *pflag.FlagSet) error {
 			o.manager.InsecureDiagnostics = true
 		}
 	}
+	return o.completeZapFlags(fs)
+}
+
+// completeZapFlags maps the deprecated zap flags onto --v and --logging-format, unless those
+// are given too.
+func (o *options) completeZapFlags(fs *pflag.FlagSet) error {
+	if !fs.Changed("v") {
+		level := ""
+		switch {
+		case fs.Changed("zap-log-level"):
+			switch o.zapLogLevel {
+			case "debug":
+				level = "1"
+			case "info", "error", "panic": // component-base cannot hide info lines
+				level = "0"
+			default:
+				if n, err := strconv.Atoi(o.zapLogLevel); err != nil || n < 0 {
+					return fmt.Errorf("--zap-log-level %q: want debug, info, error, panic or an integer >= 0", o.zapLogLevel)
+				}
+				level = o.zapLogLevel
+			}
+		case o.zapDevel:
+			level = "1"
+		}
+		if level != "" {
+			if err := fs.Set("v", level); err != nil {
+				return err
+			}
+		}
+	}
+	if fs.Changed("zap-encoder") && !fs.Changed("logging-format") {
+		format := map[string]string{"json": logsv1.JSONLogFormat, "console": logsv1.DefaultLogFormat}[o.zapEncoder]
+		if format == "" {
+			return fmt.Errorf("--zap-encoder %q: want json or console", o.zapEncoder)
+		}
+		if err := fs.Set("logging-format", format); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// buildVersion is the version the Makefile sets with -ldflags in CAPI's version package (as
+// CAPI's managers do), "unknown" where a plain go build left it empty.
+func buildVersion() version.Info {
+	v := version.Get()
+	for _, f := range []*string{&v.GitVersion, &v.GitCommit, &v.GitTreeState, &v.BuildDate} {
+		if *f == "" {
+			*f = "unknown"
+		}
+	}
+	return v
+}
+
+// versionString is what --version prints.
+func versionString() string {
+	v := buildVersion()
+	return fmt.Sprintf("goofy-manager %s (git commit %s, tree %s, built %s, %s %s)",
+		v.GitVersion, v.GitCommit, v.GitTreeState, v.BuildDate, v.GoVersion, v.Platform)
 }
 
 // storageQuota maps the flag's "0 or less: none" to ClusterOptions' "negative: none".
@@ -179,16 +260,29 @@ func parsePortRange(s string) (int, int, error) {
 func main() {
 	var o options
 	fs := pflag.CommandLine
+	fs.SetNormalizeFunc(cliflag.WordSepNormalizeFunc) // --leader_elect works as --leader-elect, as in CAPI
 	o.addFlags(fs)
 	fs.AddGoFlagSet(flag.CommandLine) // --kubeconfig, registered by controller-runtime
 	pflag.Parse()
-
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
-	log := ctrl.Log.WithName("setup")
+	if o.printVersion {
+		fmt.Println(versionString())
+		return
+	}
 	if err := o.complete(fs); err != nil {
-		log.Error(err, "Invalid flags")
+		fmt.Fprintf(os.Stderr, "Invalid flags: %v\n", err)
 		os.Exit(1)
 	}
+	if err := logsv1.ValidateAndApply(o.logs, nil); err != nil {
+		fmt.Fprintf(os.Stderr, "Invalid logging flags: %v\n", err)
+		os.Exit(1)
+	}
+	// klog's logger is the one component-base configured (text or JSON, --v, --vmodule).
+	ctrl.SetLogger(klog.Background())
+	log := ctrl.Log.WithName("setup")
+	v := buildVersion()
+	log.Info("Goofy manager", "version", v.GitVersion, "gitCommit", v.GitCommit, "gitTreeState", v.GitTreeState,
+		"buildDate", v.BuildDate, "goVersion", v.GoVersion, "platform", v.Platform)
+	fs.VisitAll(func(f *pflag.Flag) { log.V(1).Info("Flag", "name", f.Name, "value", f.Value.String()) })
 	if err := run(ctrl.SetupSignalHandler(), o, ctrl.GetConfigOrDie()); err != nil {
 		log.Error(err, "Manager failed")
 		os.Exit(1)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -116,6 +117,68 @@ func TestFlags(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	_, _, err = flags.GetManagerOptions(o.manager)
 	g.Expect(err).To(HaveOccurred())
+}
+
+// TestLoggingFlags: component-base's logging flags are there, and the deprecated zap flags map
+// onto them unless those are given too.
+func TestLoggingFlags(t *testing.T) {
+	g := NewWithT(t)
+	fs := newFlags(&options{})
+	for _, name := range []string{"v", "vmodule", "logging-format", "log-flush-frequency", "version"} {
+		g.Expect(fs.Lookup(name)).NotTo(BeNil(), name)
+	}
+	g.Expect(fs.Lookup("logging-format").DefValue).To(Equal("text"))
+	g.Expect(fs.Lookup("logging-format").Usage).To(ContainSubstring(`"json"`), "the JSON format is registered")
+	g.Expect(fs.Lookup("v").DefValue).To(Equal("0"))
+
+	for _, c := range []struct {
+		args           []string
+		v, format, err string
+	}{
+		{args: nil, v: "0", format: "text"},
+		{args: []string{"--zap-log-level=debug"}, v: "1", format: "text"},
+		{args: []string{"--zap-log-level=5", "--zap-encoder=json"}, v: "5", format: "json"},
+		{args: []string{"--zap-log-level=error", "--zap-encoder=console"}, v: "0", format: "text"},
+		{args: []string{"--zap-devel"}, v: "1", format: "text"},
+		{args: []string{"--zap-log-level=debug", "--v=3", "--zap-encoder=json", "--logging-format=text"}, v: "3", format: "text"},
+		{args: []string{"--zap-stacktrace-level=panic", "--zap-time-encoding=iso8601"}, v: "0", format: "text"},
+		{args: []string{"--zap-log-level=loud"}, err: "--zap-log-level"},
+		{args: []string{"--zap-encoder=xml"}, err: "--zap-encoder"},
+	} {
+		o, err := parseFlags(t, c.args...)
+		if c.err != "" {
+			g.Expect(err).To(MatchError(ContainSubstring(c.err)), "%v", c.args)
+			continue
+		}
+		g.Expect(err).NotTo(HaveOccurred(), "%v", c.args)
+		g.Expect(fmt.Sprint(o.logs.Verbosity)).To(Equal(c.v), "%v", c.args)
+		g.Expect(o.logs.Format).To(Equal(c.format), "%v", c.args)
+	}
+}
+
+// TestVersion: `make build` sets the version --version prints (VERSION and the git commit, in
+// CAPI's version package).
+func TestVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the manager")
+	}
+	g := NewWithT(t)
+	root := testenv.RepoRoot()
+	dry, err := exec.Command("make", "-C", root, "-s", "--no-print-directory", "-n", "build", "VERSION=v9.8.7", "GIT_COMMIT=0123abc").Output()
+	g.Expect(err).NotTo(HaveOccurred())
+	build := strings.TrimSpace(string(dry))
+	g.Expect(build).To(HavePrefix("go build "))
+	bin := filepath.Join(t.TempDir(), "manager")
+	build = strings.Replace(build, "-o bin/manager", "-o "+bin, 1)
+	cmd := exec.Command("bash", "-c", build)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	out, err = exec.Command(bin, "--version").CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), string(out))
+	g.Expect(string(out)).To(MatchRegexp(`^goofy-manager v9\.8\.7 \(git commit 0123abc, tree (clean|dirty), built 20[0-9-]+T[0-9:]+Z, go1`))
+
+	g.Expect(versionString()).To(HavePrefix("goofy-manager unknown (git commit unknown"), "a test binary has no -ldflags")
 }
 
 // TestREADMEFlags: the README's flag tables name every flag --help shows and every deprecated

@@ -1,14 +1,18 @@
 package controllers
 
 import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/predicates"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 )
@@ -112,14 +116,62 @@ func TestClusterWatchPredicates(t *testing.T) {
 	}
 }
 
-// TestPredicateLogger: CAPI's predicates get the manager's logger only when their V(4)+ lines
-// would be printed; otherwise a discarding logger, whose WithValues costs nothing.
+// TestPredicateLogger: CAPI's predicates call WithValues on every event and log at V(4) and up.
+// Through predicateLogger the values reach the manager's logger only while V(4) is on, checked
+// at each event, so a verbosity raised at run time (/debug/flags/v) shows their lines.
 func TestPredicateLogger(t *testing.T) {
-	for verbosity, wantReal := range map[int]bool{0: false, 3: false, 4: true, 6: true} {
-		log := funcr.New(func(prefix, args string) {}, funcr.Options{Verbosity: verbosity})
-		got := predicateLogger(log)
-		if real := got.GetSink() != nil; real != wantReal {
-			t.Errorf("verbosity %d: real logger = %v, want %v", verbosity, real, wantReal)
-		}
+	out := &logOutput{}
+	filter := predicates.ResourceHasFilterLabel(testScheme, predicateLogger(logr.New(&recordingSink{out: out})), "shard-a")
+	other := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m", Labels: map[string]string{clusterv1.WatchLabel: "shard-b"}}}
+
+	if filter.Generic(event.GenericEvent{Object: other}) {
+		t.Fatal("the watch filter let another shard's object through")
+	}
+	if n, lines := out.withValues.Load(), out.written(); n != 0 || len(lines) != 0 {
+		t.Fatalf("at V(0): %d WithValues, lines %q; want none", n, lines)
+	}
+
+	out.verbosity.Store(predicateLogLevel)
+	filter.Generic(event.GenericEvent{Object: other})
+	lines := out.written()
+	if out.withValues.Load() == 0 || len(lines) != 1 {
+		t.Fatalf("at V(4): %d WithValues, lines %q; want the predicate's line", out.withValues.Load(), lines)
+	}
+	if !strings.Contains(lines[0], "Machine") || !strings.Contains(lines[0], "predicate") {
+		t.Errorf("line %q lacks the predicate's values", lines[0])
 	}
 }
+
+// logOutput is what recordingSinks write to; its verbosity can change while they are used.
+type logOutput struct {
+	verbosity  atomic.Int32
+	withValues atomic.Int32
+	mu         sync.Mutex
+	lines      []string
+}
+
+func (o *logOutput) written() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]string(nil), o.lines...)
+}
+
+// recordingSink writes each line with its values to out and counts WithValues calls.
+type recordingSink struct {
+	out    *logOutput
+	values []any
+}
+
+func (s *recordingSink) Init(logr.RuntimeInfo)  {}
+func (s *recordingSink) Enabled(level int) bool { return int32(level) <= s.out.verbosity.Load() }
+func (s *recordingSink) Info(_ int, msg string, kv ...any) {
+	s.out.mu.Lock()
+	defer s.out.mu.Unlock()
+	s.out.lines = append(s.out.lines, fmt.Sprint(msg, append(append([]any(nil), s.values...), kv...)))
+}
+func (s *recordingSink) Error(_ error, msg string, kv ...any) { s.Info(0, msg, kv...) }
+func (s *recordingSink) WithValues(kv ...any) logr.LogSink {
+	s.out.withValues.Add(1)
+	return &recordingSink{out: s.out, values: append(append([]any(nil), s.values...), kv...)}
+}
+func (s *recordingSink) WithName(string) logr.LogSink { return s }
