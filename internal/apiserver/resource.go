@@ -233,6 +233,7 @@ func (h *handler) serveList(rq *reqScope) {
 		h.serveWatch(rq, opts)
 		return
 	}
+	opts.ShareItems = true // the list is only encoded
 	list, err := h.c.List(rq.gvr, rq.ns, opts)
 	if err != nil {
 		h.writeError(rq.w, rq.r, err)

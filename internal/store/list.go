@@ -258,7 +258,7 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 		}
 		out = append(out, obj)
 	}
-	return b.buildList(out, formatRV(snapRV), cont, remaining, true), nil
+	return b.buildList(out, formatRV(snapRV), cont, remaining, !opts.ShareItems), nil
 }
 
 // buildList makes the typed list of a kind from stored objects (deep-copied when copyItems).

@@ -246,3 +246,23 @@ func TestListResourceVersionSemantics(t *testing.T) {
 	_, err = c.List(configMapsGVR, "", ListOptions{ResourceVersion: rvA, ResourceVersionMatch: metav1.ResourceVersionMatchExact})
 	g.Expect(apierrors.IsResourceExpired(err)).To(BeTrue())
 }
+
+// A list with shared items has the same content as a copied one, and clearing the items'
+// apiVersion/kind (lists carry none) leaves the stored objects alone.
+func TestListShareItems(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	for _, n := range []string{"a", "b"} {
+		mustCreate(t, c, pod("default", n, map[string]string{"app": "x"}))
+	}
+	podsGVR := corev1.SchemeGroupVersion.WithResource("pods")
+	copied, err := c.List(podsGVR, "default", ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	shared, err := c.List(podsGVR, "default", ListOptions{ShareItems: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(shared).To(Equal(copied))
+	g.Expect(shared.(*corev1.PodList).Items[0].Kind).To(BeEmpty())
+	got, err := c.Get(podsGVR, "default", "a")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.GetObjectKind().GroupVersionKind().Kind).To(Equal("Pod"), "the stored object keeps its kind")
+}

@@ -14,6 +14,10 @@ type ListOptions struct {
 	Continue             string
 	ResourceVersion      string
 	ResourceVersionMatch metav1.ResourceVersionMatch
+	// ShareItems (List only): the list's items share their maps and slices with the stored
+	// objects instead of being deep copies. For callers that only encode the list, as the API
+	// server does; they must neither modify the items nor keep them.
+	ShareItems bool
 	// Watch only:
 	SendInitialEvents   *bool
 	AllowWatchBookmarks bool
