@@ -52,7 +52,9 @@ func (r *GoofyClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&infrav1.GoofyCluster{}, builder.WithPredicates(specOrMetadataChanged())).
 		WithOptions(options).
-		WithEventFilter(predicates.ResourceNotPausedAndHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
+		// Paused objects' events pass: the reconcile that follows records Paused=True (CAPI's
+		// v1beta2 contract), as CAPD's reconcilers do with ResourceHasFilterLabel.
+		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
 		Watches(&clusterv1.Cluster{},
 			handler.EnqueueRequestsFromMapFunc(util.ClusterToInfrastructureMapFunc(ctx, infrav1.GroupVersion.WithKind("GoofyCluster"), mgr.GetClient(), &infrav1.GoofyCluster{})),
 			builder.WithPredicates(clusterToGoofyClusterEvents(mgr.GetScheme(), log)),

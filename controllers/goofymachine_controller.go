@@ -68,7 +68,9 @@ func (r *GoofyMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&infrav1.GoofyMachine{}, builder.WithPredicates(specOrMetadataChanged())).
 		WithOptions(options).
-		WithEventFilter(predicates.ResourceNotPausedAndHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
+		// Paused objects' events pass: the reconcile that follows records Paused=True (CAPI's
+		// v1beta2 contract), as CAPD's reconcilers do with ResourceHasFilterLabel.
+		WithEventFilter(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)).
 		Watches(&clusterv1.Machine{},
 			handler.EnqueueRequestsFromMapFunc(util.MachineToInfrastructureMapFunc(infrav1.GroupVersion.WithKind("GoofyMachine"))),
 			builder.WithPredicates(specOrMetadataChanged()),

@@ -168,6 +168,10 @@ type pausable interface {
 // setPausedCondition records whether reconciliation is paused (the Cluster's spec.paused or the
 // object's cluster.x-k8s.io/paused annotation) as CAPI's v1beta2 contract asks, in memory: the
 // reconcile's one patch carries it. It reports whether the object is paused.
+//
+// The condition is the one CAPI's paused.EnsurePausedCondition writes (TestPausedConditionIsCAPIs);
+// that helper sends it in a patch of its own and returns early, which would cost every object a
+// write and a reconcile more when it is created and at each pause change (docs/performance.md).
 func setPausedCondition(cluster *clusterv1.Cluster, obj pausable, kind string) bool {
 	c := metav1.Condition{Type: clusterv1.PausedCondition, Status: metav1.ConditionFalse, Reason: clusterv1.NotPausedReason}
 	var why []string

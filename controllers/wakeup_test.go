@@ -216,12 +216,13 @@ func updateClusterStatus(t testing.TB, f *fixture, change func(*clusterv1.Cluste
 	}
 }
 
-// awaitCondition waits until gm has the condition, within wakeTimeout.
-func awaitCondition(t testing.TB, gm *infrav1.GoofyMachine, condType string, status metav1.ConditionStatus, reason string) {
+// awaitCondition waits until obj (a GoofyMachine or GoofyCluster) has the condition, within
+// wakeTimeout.
+func awaitCondition(t testing.TB, obj pausable, condType string, status metav1.ConditionStatus, reason string) {
 	t.Helper()
 	NewWithT(t).Eventually(func() []metav1.Condition {
-		get(t, gm)
-		return gm.Status.Conditions
+		get(t, obj)
+		return obj.GetConditions()
 	}, wakeTimeout, 50*time.Millisecond).Should(haveCondition(condType, status, reason))
 }
 
