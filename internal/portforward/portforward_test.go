@@ -126,7 +126,7 @@ func TestMissingPodIs404BeforeUpgrade(t *testing.T) {
 }
 
 // openPair opens an error and a data stream for port the way client-go does.
-func openPair(t *testing.T, conn httpstream.Connection, port int32, requestID string) (errs, data httpstream.Stream) {
+func openPair(t testing.TB, conn httpstream.Connection, port int32, requestID string) (errs, data httpstream.Stream) {
 	t.Helper()
 	h := http.Header{}
 	h.Set(corev1.PortHeader, fmt.Sprint(port))
