@@ -377,6 +377,21 @@ func TestScaleLogsEviction(t *testing.T) {
 	pdb.Status.DisruptionsAllowed = 1
 	_, err = cs.PolicyV1().PodDisruptionBudgets("default").UpdateStatus(c, pdb, metav1.UpdateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
+	// A dry run in the query (kubectl drain --dry-run=server) deletes nothing and uses nothing up.
+	g.Expect(cs.CoreV1().RESTClient().Post().Namespace("default").Resource("pods").Name("p1").SubResource("eviction").
+		Param("dryRun", metav1.DryRunAll).Body(eviction).Do(c).Error()).To(Succeed())
+	still, err := cs.CoreV1().Pods("default").Get(c, "p1", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(still.DeletionTimestamp).To(BeNil())
+	pdb, err = cs.PolicyV1().PodDisruptionBudgets("default").Get(c, "web", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pdb.Status.DisruptionsAllowed).To(BeEquivalentTo(1))
+	// The query and the Eviction's DeleteOptions may not disagree.
+	mismatched := eviction.DeepCopy()
+	mismatched.DeleteOptions = &metav1.DeleteOptions{DryRun: []string{"All", "All"}}
+	err = cs.CoreV1().RESTClient().Post().Namespace("default").Resource("pods").Name("p1").SubResource("eviction").
+		Param("dryRun", metav1.DryRunAll).Body(mismatched).Do(c).Error()
+	g.Expect(err).To(MatchError(ContainSubstring("Non-matching dry-run options in request and content")))
 	g.Expect(cs.CoreV1().Pods("default").EvictV1(c, eviction)).To(Succeed())
 	// The pod runs on a node, so it terminates gracefully: Terminating first, gone once the
 	// simulated kubelet has stopped it.

@@ -3,6 +3,7 @@ package apiserver
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -249,6 +250,15 @@ var pdbsGVR = policyv1.SchemeGroupVersion.WithResource("poddisruptionbudgets")
 // answers 429 like the real eviction subresource; an allowed eviction consumes one disruption.
 func (h *handler) serveEviction(rq *reqScope) {
 	sv := getServing()
+	createOpts := &metav1.CreateOptions{}
+	if err := decodeQuery(rq.r, createOpts); err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	if errs := metav1validation.ValidateCreateOptions(createOpts); len(errs) > 0 {
+		h.writeError(rq.w, rq.r, invalidOptions("CreateOptions", errs))
+		return
+	}
 	info, err := negotiation.NegotiateInputSerializer(rq.r, false, sv.objects)
 	if err != nil {
 		h.writeError(rq.w, rq.r, err)
@@ -288,22 +298,44 @@ func (h *handler) serveEviction(rq *reqScope) {
 		h.writeError(rq.w, rq.r, apierrors.NewInternalError(fmt.Errorf("store returned %T for a pod", podObj)))
 		return
 	}
-	dryRun := ev.DeleteOptions != nil && len(ev.DeleteOptions.DryRun) > 0
+	deleteOpts, err := evictionDeleteOptions(ev, createOpts)
+	if err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	dryRun := len(deleteOpts.DryRun) > 0
 	if !canIgnorePDB(pod) {
 		if err := h.consumeDisruption(pod, dryRun); err != nil {
 			h.writeError(rq.w, rq.r, err)
 			return
 		}
 	}
-	opts := store.DeleteOptions{DryRun: dryRun}
-	if d := ev.DeleteOptions; d != nil {
-		opts.Preconditions, opts.GracePeriodSeconds, opts.PropagationPolicy = d.Preconditions, d.GracePeriodSeconds, d.PropagationPolicy
-	}
+	opts := store.DeleteOptions{DryRun: dryRun, Preconditions: deleteOpts.Preconditions,
+		GracePeriodSeconds: deleteOpts.GracePeriodSeconds, PropagationPolicy: deleteOpts.PropagationPolicy}
 	if _, err := h.c.Delete(podsGVR, rq.ns, rq.name, opts); err != nil {
 		h.writeError(rq.w, rq.r, err)
 		return
 	}
 	h.writeObject(rq, http.StatusCreated, &metav1.Status{Status: metav1.StatusSuccess, Code: http.StatusCreated})
+}
+
+// evictionDeleteOptions are the delete options an eviction deletes with: the Eviction's, with the
+// request's dryRun (the query's CreateOptions) when the Eviction names none, as upstream's eviction
+// REST propagates it; both naming different ones is an error.
+func evictionDeleteOptions(ev *policyv1.Eviction, opts *metav1.CreateOptions) (*metav1.DeleteOptions, error) {
+	if ev.DeleteOptions == nil {
+		return &metav1.DeleteOptions{DryRun: opts.DryRun}, nil
+	}
+	if len(ev.DeleteOptions.DryRun) == 0 {
+		d := ev.DeleteOptions.DeepCopy()
+		d.DryRun = opts.DryRun
+		return d, nil
+	}
+	if len(opts.DryRun) > 0 && !slices.Equal(opts.DryRun, ev.DeleteOptions.DryRun) {
+		//lint:ignore ST1005 upstream's message
+		return nil, fmt.Errorf("Non-matching dry-run options in request and content: %v and %v", opts.DryRun, ev.DeleteOptions.DryRun)
+	}
+	return ev.DeleteOptions, nil
 }
 
 // canIgnorePDB: pods that are not running (or already going away) do not count against a budget.

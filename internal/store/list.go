@@ -87,9 +87,11 @@ func parseRV(s string) (uint64, error) {
 	return rv, nil
 }
 
-// tooLargeRV is what the real API server answers when asked for a state it has not reached.
-func tooLargeRV(want, have uint64) error {
-	err := apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d", want, have), 1)
+// tooLargeRV is what the real API server answers when asked for a state it has not reached
+// (retrySeconds: 1 from the watch cache for a resourceVersion, 0 from storage for a continue
+// token).
+func tooLargeRV(want, have uint64, retrySeconds int) error {
+	err := apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d", want, have), retrySeconds)
 	err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}}
 	return err
 }
@@ -203,7 +205,7 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 		cur := c.rv
 		c.mu.RUnlock()
 		if rv > cur {
-			return nil, tooLargeRV(rv, cur)
+			return nil, tooLargeRV(rv, cur, 1)
 		}
 		if exact {
 			at = rv
@@ -212,6 +214,10 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 
 	c.mu.RLock()
 	snapRV := c.rv
+	if at > snapRV { // a continue token from no list of this cluster
+		c.mu.RUnlock()
+		return nil, tooLargeRV(at, snapRV, 0)
+	}
 	if at != 0 {
 		snapRV = at
 	}

@@ -234,6 +234,11 @@ func TestListResourceVersionSemantics(t *testing.T) {
 	_, err = c.List(configMapsGVR, "", ListOptions{ResourceVersion: strconv.Itoa(cur + 100)})
 	g.Expect(apierrors.IsTimeout(err)).To(BeTrue(), "too large resource version")
 	g.Expect(apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge)).To(BeTrue())
+	// A continue token no list of this cluster handed out (a future resourceVersion) is refused
+	// the same way, not served as a snapshot of a state that never existed.
+	_, err = c.List(configMapsGVR, "", ListOptions{Limit: 1, Continue: encodeContinue(uint64(cur+100), "default/a")})
+	g.Expect(apierrors.IsTimeout(err)).To(BeTrue(), "%v", err)
+	g.Expect(err).To(MatchError(ContainSubstring(fmt.Sprintf("Too large resource version: %d, current: %d", cur+100, cur))))
 
 	_, err = c.List(configMapsGVR, "", ListOptions{ResourceVersionMatch: metav1.ResourceVersionMatchExact})
 	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "match without resourceVersion")

@@ -134,7 +134,7 @@ func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts 
 	switch {
 	case opts.SendInitialEvents != nil && *opts.SendInitialEvents:
 		if rv > c.rv {
-			return nil, tooLargeRV(rv, c.rv)
+			return nil, tooLargeRV(rv, c.rv, 1)
 		}
 		withInitial, w.initialEnd = true, opts.AllowWatchBookmarks
 	case opts.SendInitialEvents == nil && rv == 0:
