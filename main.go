@@ -1,5 +1,6 @@
-// Command manager runs the Goofy infrastructure provider: the GoofyCluster and GoofyMachine
-// reconcilers and the WorkloadClustersMux that serves the simulated workload clusters.
+// Command manager runs the Goofy infrastructure provider: the GoofyCluster, GoofyMachine and
+// GoofyMachineTemplate reconcilers and the WorkloadClustersMux that serves the simulated workload
+// clusters.
 package main
 
 import (
@@ -63,6 +64,7 @@ type options struct {
 	watchFilter              string
 	goofyClusterConcurrency  int
 	goofyMachineConcurrency  int
+	templateConcurrency      int
 	kubeAPIQPS               float32
 	kubeAPIBurst             int
 	syncPeriod               time.Duration
@@ -101,6 +103,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.watchFilter, "watch-filter", "", fmt.Sprintf("Only reconcile objects whose %s label has this value; empty reconciles all.", clusterv1.WatchLabel))
 	fs.IntVar(&o.goofyClusterConcurrency, "goofycluster-concurrency", 10, "Number of GoofyClusters reconciled in parallel.")
 	fs.IntVar(&o.goofyMachineConcurrency, "goofymachine-concurrency", 10, "Number of GoofyMachines reconciled in parallel.")
+	fs.IntVar(&o.templateConcurrency, "goofymachinetemplate-concurrency", 2, "Number of GoofyMachineTemplates reconciled in parallel.")
 	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 20, "Maximum queries per second to the management cluster's API server.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 30, "Maximum burst of queries to the management cluster's API server.")
 	fs.DurationVar(&o.syncPeriod, "sync-period", 10*time.Minute, "Minimum interval at which every watched object is reconciled again.")
@@ -404,6 +407,11 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 		Client: mgr.GetClient(), Mux: wcl, WatchFilterValue: o.watchFilter, Restarter: restarter, Azure: azureClouds,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.goofyMachineConcurrency}); err != nil {
 		return fmt.Errorf("setting up the GoofyMachine controller: %w", err)
+	}
+	if err := (&controllers.GoofyMachineTemplateReconciler{
+		Client: mgr.GetClient(), WatchFilterValue: o.watchFilter,
+	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.templateConcurrency}); err != nil {
+		return fmt.Errorf("setting up the GoofyMachineTemplate controller: %w", err)
 	}
 
 	log.Info("Starting manager", "listenerHost", o.listenerHost, "portRange", o.listenerPortRange, "namespace", o.namespace, "watchFilter", o.watchFilter)

@@ -1,2 +1,2 @@
-// Package controllers holds the GoofyCluster and GoofyMachine reconcilers.
+// Package controllers holds the GoofyCluster, GoofyMachine and GoofyMachineTemplate reconcilers.
 package controllers

@@ -115,7 +115,7 @@ func (r *GoofyMachineReconciler) ensureNode(ctx context.Context, s *machineScope
 			KubeletVersion: s.machine.Spec.Version,
 			InternalIP:     internalIP(s.gm),
 			ControlPlane:   s.controlPlane(),
-			Capacity:       r.templateCapacity(ctx, s.gm),
+			Capacity:       machineCapacity(&s.gm.Spec),
 			Ready:          ready,
 		}, now)
 		return createWithStatus(ctx, c, node)
@@ -127,20 +127,6 @@ func (r *GoofyMachineReconciler) ensureNode(ctx context.Context, s *machineScope
 		return c.Status().Update(ctx, node)
 	}
 	return nil
-}
-
-// templateCapacity is the capacity in the status of the GoofyMachineTemplate the machine was
-// cloned from, if any.
-func (r *GoofyMachineReconciler) templateCapacity(ctx context.Context, gm *infrav1.GoofyMachine) corev1.ResourceList {
-	name := gm.Annotations[clusterv1.TemplateClonedFromNameAnnotation]
-	if name == "" {
-		return nil
-	}
-	t := &infrav1.GoofyMachineTemplate{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: gm.Namespace, Name: name}, t); err != nil {
-		return nil
-	}
-	return t.Status.Capacity
 }
 
 // ensureEtcd runs the etcd static pod and its member in the fake etcd.

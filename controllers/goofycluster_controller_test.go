@@ -209,8 +209,9 @@ type managerOptions struct {
 	wrapClient func(client.Client) client.Client
 }
 
-// startManager runs h's mux with new reconcilers (and a HotRestarter) in a controller-runtime
-// manager whose cache only sees ns; the manager stops when the test ends.
+// startManager runs h's mux with new reconcilers (GoofyCluster, GoofyMachine, GoofyMachineTemplate)
+// and a HotRestarter in a controller-runtime manager whose cache only sees ns; the manager stops
+// when the test ends.
 func startManager(t testing.TB, h *harness, ns string, o managerOptions) {
 	t.Helper()
 	cacheOpts := cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
@@ -245,6 +246,10 @@ func startManager(t testing.TB, h *harness, ns string, o managerOptions) {
 		t.Fatal(err)
 	}
 	if err := h.machineR.SetupWithManager(ctx, mgr, opts); err != nil {
+		t.Fatal(err)
+	}
+	templateR := &GoofyMachineTemplateReconciler{Client: c, WatchFilterValue: o.watchFilter}
+	if err := templateR.SetupWithManager(ctx, mgr, opts); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Go(t, mgr.Start)

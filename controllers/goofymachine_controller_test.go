@@ -315,8 +315,8 @@ func TestMachineWaitsForBootstrapData(t *testing.T) {
 
 // TestMachineVersionsAndCapacity: a machine created with a newer version (a KCP rollout) gets a
 // Node with that kubelet version and the cluster reports the newest version on /version, while
-// kubeadm-config (KCP's to update) is left alone; a machine cloned from a GoofyMachineTemplate
-// with status.capacity gets a Node with that capacity.
+// kubeadm-config (KCP's to update) is left alone; a machine with spec.capacity gets a Node with
+// that capacity, and the defaults for the resources it does not name.
 func TestMachineVersionsAndCapacity(t *testing.T) {
 	requireEnv(t)
 	g := NewWithT(t)
@@ -328,13 +328,7 @@ func TestMachineVersionsAndCapacity(t *testing.T) {
 	h.reconcileUntilReady(t, old)
 
 	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi")}
-	tmpl := &infrav1.GoofyMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "upg-big"}}
-	g.Expect(k8sClient.Create(ctx, tmpl)).To(Succeed())
-	tmpl.Status.Capacity = capacity
-	g.Expect(k8sClient.Status().Update(ctx, tmpl)).To(Succeed())
-
-	_, upgraded := newMachine(t, f, "upg-cp-1", machineOpts{controlPlane: true, version: "v1.36.4",
-		annotations: map[string]string{clusterv1.TemplateClonedFromNameAnnotation: "upg-big"}})
+	_, upgraded := newMachine(t, f, "upg-cp-1", machineOpts{controlPlane: true, version: "v1.36.4", capacity: capacity})
 	h.reconcileUntilReady(t, upgraded)
 
 	cs := workloadClient(t, mustListener(t, h, f))
@@ -343,6 +337,8 @@ func TestMachineVersionsAndCapacity(t *testing.T) {
 	g.Expect(node.Status.NodeInfo.KubeletVersion).To(Equal("v1.36.4"))
 	g.Expect(node.Status.Capacity.Cpu().String()).To(Equal("8"))
 	g.Expect(node.Status.Capacity.Memory().String()).To(Equal("32Gi"))
+	g.Expect(node.Status.Capacity.Pods().String()).To(Equal("110"))
+	g.Expect(node.Status.Allocatable).To(Equal(node.Status.Capacity))
 	oldNode, err := cs.CoreV1().Nodes().Get(ctx, "upg-cp-0", metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(oldNode.Status.NodeInfo.KubeletVersion).To(Equal(kubernetesVersion))

@@ -280,6 +280,7 @@ type machineOpts struct {
 	noOwner       bool // create the GoofyMachine without its owner reference to the Machine
 	failureDomain string
 	backend       *infrav1.InMemoryMachineBackend
+	capacity      corev1.ResourceList
 	labels        map[string]string
 	annotations   map[string]string
 	version       string // default kubernetesVersion
@@ -335,6 +336,7 @@ func newMachine(t testing.TB, f *fixture, name string, o machineOpts) (*clusterv
 	if o.backend != nil {
 		gm.Spec.Backend.InMemory = o.backend
 	}
+	gm.Spec.Capacity = o.capacity
 	if err := k8sClient.Create(ctx, gm); err != nil {
 		t.Fatal(err)
 	}

@@ -207,6 +207,12 @@ spec: {providerID: ""}`,
 		{"machine template bad jitter", `kind: GoofyMachineTemplate
 spec: {template: {spec: {backend: {inMemory: {apiServer: {provisioning: {startupJitter: "2"}}}}}}}`,
 			"spec.template.spec.backend.inMemory.apiServer.provisioning.startupJitter", "should match"},
+		{"machine capacity not a quantity", `kind: GoofyMachine
+spec: {capacity: {cpu: lots}}`,
+			"spec.capacity.cpu", "should match"},
+		{"machine template capacity not a quantity", `kind: GoofyMachineTemplate
+spec: {template: {spec: {capacity: {memory: "8 GiB"}}}}`,
+			"spec.template.spec.capacity.memory", "should match"},
 		{"machine template without template", `kind: GoofyMachineTemplate
 spec: {}`,
 			"spec.template", "Required value"},

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 )
@@ -21,6 +22,13 @@ type GoofyMachineSpec struct {
 	// backend configures how this machine is provided; it follows the GoofyCluster's backend.
 	// +optional
 	Backend GoofyMachineBackend `json:"backend,omitempty,omitzero"`
+
+	// capacity of the machine's simulated Node (cpu, memory, pods, ephemeral-storage, or extended
+	// resources such as nvidia.com/gpu), also its allocatable. Resources it does not name keep the
+	// defaults: 2 CPUs, 8Gi of memory, 110 pods, 100Gi of ephemeral storage. On a
+	// GoofyMachineTemplate it is reported in status.capacity for the cluster autoscaler.
+	// +optional
+	Capacity corev1.ResourceList `json:"capacity,omitempty"`
 }
 
 // GoofyMachineBackend holds at most one backend.

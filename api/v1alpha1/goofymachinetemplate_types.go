@@ -24,12 +24,45 @@ type GoofyMachineTemplateResource struct {
 	Spec GoofyMachineSpec `json:"spec,omitempty,omitzero"`
 }
 
-// GoofyMachineTemplateStatus is the observed state of the template.
+// GoofyMachineTemplateStatus is the observed state of the template: what CAPI's contract for
+// autoscaling from zero asks of an infrastructure machine template, filled by the controller.
 type GoofyMachineTemplateStatus struct {
-	// capacity of a machine made from this template (cpu, memory, pods, ...). It enables the
-	// cluster autoscaler to scale from zero, and sets the simulated Nodes' capacity.
+	// capacity of a machine made from this template: spec.template.spec.capacity over the
+	// simulated Node's defaults, exactly the capacity its Nodes get. The cluster autoscaler reads
+	// it to scale a MachineDeployment up from zero.
 	// +optional
 	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+
+	// nodeInfo is the architecture and operating system of the template's simulated Nodes.
+	// +optional
+	NodeInfo NodeInfo `json:"nodeInfo,omitempty,omitzero"`
+}
+
+// Architecture is a Node's CPU architecture, as in CAPI's contract: amd64, arm64, s390x or ppc64le.
+// +kubebuilder:validation:Enum=amd64;arm64;s390x;ppc64le
+type Architecture string
+
+// The architectures CAPI's contract names.
+const (
+	ArchitectureAmd64   Architecture = "amd64"
+	ArchitectureArm64   Architecture = "arm64"
+	ArchitectureS390x   Architecture = "s390x"
+	ArchitecturePpc64le Architecture = "ppc64le"
+)
+
+// NodeInfo is the architecture and operating system of a machine's Node.
+// +kubebuilder:validation:MinProperties=1
+type NodeInfo struct {
+	// architecture is the Node's CPU architecture (its kubernetes.io/arch label).
+	// +optional
+	Architecture Architecture `json:"architecture,omitempty"`
+
+	// operatingSystem is the Node's operating system, e.g. linux or windows (its kubernetes.io/os
+	// label).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	OperatingSystem string `json:"operatingSystem,omitempty"`
 }
 
 // +kubebuilder:object:root=true

@@ -34,6 +34,7 @@ func fullyPopulated() []runtime.Object {
 			APIServer: PhaseSpec{Provisioning: ProvisioningSpec{StartupJitter: "1"}},
 			Etcd:      PhaseSpec{Provisioning: ProvisioningSpec{StartupDuration: metav1.Duration{Duration: 1e9}}},
 		}},
+		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("1")},
 	}
 	return []runtime.Object{
 		&GoofyCluster{
@@ -59,7 +60,10 @@ func fullyPopulated() []runtime.Object {
 		&GoofyMachineTemplate{
 			ObjectMeta: metav1.ObjectMeta{Name: "t", Namespace: "ns"},
 			Spec:       GoofyMachineTemplateSpec{Template: GoofyMachineTemplateResource{ObjectMeta: clusterv1.ObjectMeta{Labels: map[string]string{"x": "y"}}, Spec: machineSpec}},
-			Status:     GoofyMachineTemplateStatus{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}},
+			Status: GoofyMachineTemplateStatus{
+				Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")},
+				NodeInfo: NodeInfo{Architecture: ArchitectureArm64, OperatingSystem: "linux"},
+			},
 		},
 		&GoofyClusterTemplate{
 			ObjectMeta: metav1.ObjectMeta{Name: "ct", Namespace: "ns"},
@@ -188,6 +192,9 @@ func mutate(obj runtime.Object) {
 		}
 		for i := range o.Status.Addresses {
 			o.Status.Addresses[i].Address += "9"
+		}
+		for k := range o.Spec.Capacity {
+			o.Spec.Capacity[k] = resource.MustParse("99")
 		}
 	case *GoofyMachineTemplate:
 		for k := range o.Spec.Template.ObjectMeta.Labels {
