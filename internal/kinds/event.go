@@ -3,19 +3,44 @@ package kinds
 import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/conversion"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 )
 
-// Events of core/v1 and of events.k8s.io/v1 are created on update (recorders PUT them) and are
-// selected by the object they are about; events.k8s.io's field names map onto the core ones, as
-// upstream's conversion does.
+// Events of core/v1 and of events.k8s.io/v1 are one collection, as upstream serves both from the
+// core Events' storage: events.k8s.io/v1 is a view (StoredAs) whose objects convert to and from
+// core Events (the conversion functions below, registered with the scheme). Both are created on
+// update (recorders PUT them) and selected by the object they are about; events.k8s.io's field
+// names map onto the core ones.
 type (
 	coreEventStrategy     struct{ base }
 	eventsV1EventStrategy struct{ base }
 )
 
+// View is implemented by a kind whose objects are another kind's, stored once and converted
+// through the scheme.
+type View interface {
+	// StoredAs is the resource holding the objects.
+	StoredAs() schema.GroupVersionResource
+}
+
+func (eventsV1EventStrategy) StoredAs() schema.GroupVersionResource {
+	return corev1.SchemeGroupVersion.WithResource("events")
+}
+
 func init() {
+	utilruntime.Must(scheme.AddConversionFunc((*corev1.Event)(nil), (*eventsv1.Event)(nil), func(a, b any, _ conversion.Scope) error {
+		coreToEventsV1(a.(*corev1.Event), b.(*eventsv1.Event))
+		return nil
+	}))
+	utilruntime.Must(scheme.AddConversionFunc((*eventsv1.Event)(nil), (*corev1.Event)(nil), func(a, b any, _ conversion.Scope) error {
+		eventsV1ToCore(a.(*eventsv1.Event), b.(*corev1.Event))
+		return nil
+	}))
 	register(coreEventStrategy{newBase(resource{corev1.SchemeGroupVersion, "events", "Event", true,
 		[]string{"ev"}, nil, nil}, withCreateOnUpdate)})
 	register(eventsV1EventStrategy{newBase(resource{eventsv1.SchemeGroupVersion, "events", "Event", true,
@@ -75,4 +100,53 @@ func eventFields(e interface {
 	s["source"] = source
 	s["type"] = typ
 	return s
+}
+
+// coreToEventsV1 is upstream's field mapping from a core Event to an events.k8s.io/v1 one. The
+// result shares maps and slices with in.
+func coreToEventsV1(in *corev1.Event, out *eventsv1.Event) {
+	*out = eventsv1.Event{
+		TypeMeta:                 metav1.TypeMeta{APIVersion: eventsv1.SchemeGroupVersion.String(), Kind: "Event"},
+		ObjectMeta:               in.ObjectMeta,
+		EventTime:                in.EventTime,
+		ReportingController:      in.ReportingController,
+		ReportingInstance:        in.ReportingInstance,
+		Action:                   in.Action,
+		Reason:                   in.Reason,
+		Regarding:                in.InvolvedObject,
+		Related:                  in.Related,
+		Note:                     in.Message,
+		Type:                     in.Type,
+		DeprecatedSource:         in.Source,
+		DeprecatedFirstTimestamp: in.FirstTimestamp,
+		DeprecatedLastTimestamp:  in.LastTimestamp,
+		DeprecatedCount:          in.Count,
+	}
+	if in.Series != nil {
+		out.Series = &eventsv1.EventSeries{Count: in.Series.Count, LastObservedTime: in.Series.LastObservedTime}
+	}
+}
+
+// eventsV1ToCore is the mapping back.
+func eventsV1ToCore(in *eventsv1.Event, out *corev1.Event) {
+	*out = corev1.Event{
+		TypeMeta:            metav1.TypeMeta{APIVersion: corev1.SchemeGroupVersion.String(), Kind: "Event"},
+		ObjectMeta:          in.ObjectMeta,
+		InvolvedObject:      in.Regarding,
+		Reason:              in.Reason,
+		Message:             in.Note,
+		Source:              in.DeprecatedSource,
+		FirstTimestamp:      in.DeprecatedFirstTimestamp,
+		LastTimestamp:       in.DeprecatedLastTimestamp,
+		Count:               in.DeprecatedCount,
+		Type:                in.Type,
+		EventTime:           in.EventTime,
+		Related:             in.Related,
+		ReportingController: in.ReportingController,
+		ReportingInstance:   in.ReportingInstance,
+		Action:              in.Action,
+	}
+	if in.Series != nil {
+		out.Series = &corev1.EventSeries{Count: in.Series.Count, LastObservedTime: in.Series.LastObservedTime}
+	}
 }

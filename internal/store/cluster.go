@@ -229,6 +229,9 @@ func (c *Cluster) Get(gvr schema.GroupVersionResource, namespace, name string) (
 	if err != nil {
 		return nil, err
 	}
+	if b.storedAs != nil {
+		return c.getView(b, namespace, name)
+	}
 	if namespace, err = b.requestNamespace(namespace); err != nil {
 		return nil, err
 	}

@@ -130,8 +130,16 @@ var ErrStateUnreadable = errors.New("workload cluster state on disk is unreadabl
 // loadLocked restores the cluster's objects from disk and reports whether there were any. An
 // object that cannot be read fails the whole cluster: serving it without would be silent data
 // loss. Callers hold c.mu.
+// movedObject is a loaded object that belongs under another resource now.
+type movedObject struct {
+	from, to schema.GroupResource
+	key      string
+	obj      client.Object
+}
+
 func (c *Cluster) loadLocked() (bool, error) {
 	var pods []*corev1.Pod
+	var moved []movedObject
 	rv, found, err := c.db.Load(c.name, func(k string, v []byte) error {
 		gr, key, ok := parseStorageKey(k)
 		if !ok {
@@ -148,6 +156,16 @@ func (c *Cluster) loadLocked() (bool, error) {
 		if objectKey(obj.GetNamespace(), obj.GetName()) != key {
 			return fmt.Errorf("%s holds %s", k, objectKey(obj.GetNamespace(), obj.GetName()))
 		}
+		if b.storedAs != nil {
+			// Written by a version that kept a view's objects apart (events.k8s.io Events before
+			// they were one collection with the core ones): moved to the stored resource.
+			stored, err := b.fromView(obj)
+			if err != nil {
+				return fmt.Errorf("converting %s: %w", k, err)
+			}
+			moved = append(moved, movedObject{from: gr, key: key, to: b.storedAs.info.GVR.GroupResource(), obj: stored})
+			gr, obj = b.storedAs.info.GVR.GroupResource(), stored
+		}
 		c.kindMap(gr)[key] = obj
 		c.indexOwners(gr, key, obj)
 		c.bytes += int64(sizeOf(obj))
@@ -160,6 +178,10 @@ func (c *Cluster) loadLocked() (bool, error) {
 		return false, fmt.Errorf("%w: loading %s from %s: %w", ErrStateUnreadable, c.name, c.db.Path(), err)
 	}
 	c.rv = initialResourceVersion(rv)
+	for _, m := range moved {
+		c.persistDeleteLocked(m.from, m.key)
+		c.persistPutLocked(m.to, m.key, m.obj)
+	}
 	// Pods that were terminating when the process stopped: the simulated kubelet confirms them again.
 	for _, pod := range pods {
 		if p := pod.DeletionGracePeriodSeconds; p != nil && *p > 0 {

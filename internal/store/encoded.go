@@ -58,6 +58,19 @@ func (c *Cluster) GetEncoded(gvr schema.GroupVersionResource, namespace, name, f
 	if err != nil {
 		return nil, err
 	}
+	if b.storedAs != nil {
+		// Cached as the stored object's encoding in the view's kind: a format of its own.
+		encodeStored := encode
+		encode = func(obj runtime.Object, w *bytes.Buffer) error {
+			v, err := b.toView(obj)
+			if err != nil {
+				return err
+			}
+			return encodeStored(v, w)
+		}
+		data, err := c.GetEncoded(b.storedAs.info.GVR, namespace, name, b.info.GVR.GroupVersion().String()+";"+format, encode)
+		return data, b.viewError(err)
+	}
 	if namespace, err = b.requestNamespace(namespace); err != nil {
 		return nil, err
 	}

@@ -171,6 +171,9 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 	if err != nil {
 		return nil, err
 	}
+	if b.storedAs != nil {
+		return c.listView(b, namespace, opts)
+	}
 	if !b.info.Namespaced {
 		namespace = ""
 	}

@@ -62,6 +62,9 @@ func (c *Cluster) PatchObject(gvr schema.GroupVersionResource, namespace, name s
 	if errs := metav1validation.ValidatePatchOptions(&po, pt); len(errs) > 0 {
 		return PatchResult{}, apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: "PatchOptions"}, "", errs)
 	}
+	if b.storedAs != nil {
+		return c.patchView(b, namespace, name, pt, data, opts)
+	}
 
 	gr := gvr.GroupResource()
 	var res PatchResult

@@ -25,6 +25,8 @@ type servedResource struct {
 	status    rest.RESTUpdateStrategy
 	hasStatus bool
 	goType    reflect.Type // struct type of the kind
+	// storedAs is the resource holding this one's objects when it is a view (views.go).
+	storedAs *servedResource
 }
 
 var (
@@ -55,6 +57,11 @@ var reg = func() *registry {
 		r.byGVR[info.GVR] = b
 		r.byGR[info.GVR.GroupResource()] = b
 		r.byGVK[info.GVK()] = &b.info
+	}
+	for _, b := range r.byGVR {
+		if v, ok := b.strategy.(kinds.View); ok {
+			b.storedAs = r.byGVR[v.StoredAs()]
+		}
 	}
 	return r
 }()

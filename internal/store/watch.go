@@ -28,8 +28,10 @@ const watchBatch = 256
 // HTTP handler: no goroutine of the store per watch), or ResultChan, the watch.Interface way,
 // for which a goroutine feeds the channel from Next.
 type Watcher struct {
-	c       *Cluster
-	b       *servedResource
+	c *Cluster
+	b *servedResource
+	// view, when set, is the resource the client watches: events are converted to it (views.go).
+	view    *servedResource
 	gr      schema.GroupResource
 	ns      string
 	sel     selection
@@ -101,6 +103,9 @@ func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts 
 	b, err := lookup(gvr)
 	if err != nil {
 		return nil, err
+	}
+	if b.storedAs != nil {
+		return c.watchView(b, namespace, opts)
 	}
 	if !b.info.Namespaced {
 		namespace = ""
@@ -204,6 +209,15 @@ func (w *Watcher) Next(cancel <-chan struct{}) (watch.Event, bool) {
 	if !ok {
 		w.ended = true
 		w.release()
+		return ev, ok
+	}
+	if w.view != nil && ev.Type != watch.Error {
+		// The event's object is this watcher's own copy, so the view may share it.
+		v, err := w.view.toView(ev.Object)
+		if err != nil {
+			return watch.Event{Type: watch.Error, Object: &apierrors.NewInternalError(err).ErrStatus}, true
+		}
+		ev.Object = v
 	}
 	return ev, ok
 }

@@ -28,6 +28,9 @@ func (c *Cluster) Create(gvr schema.GroupVersionResource, namespace string, obj 
 	if err != nil {
 		return nil, err
 	}
+	if b.storedAs != nil {
+		return c.createView(b, namespace, obj, opts)
+	}
 	in, err := b.typedCopy(obj)
 	if err != nil {
 		return nil, err
@@ -178,6 +181,9 @@ func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj 
 	b, err := lookup(gvr)
 	if err != nil {
 		return nil, err
+	}
+	if b.storedAs != nil {
+		return c.updateView(b, namespace, obj, opts)
 	}
 	in, err := b.typedCopy(obj)
 	if err != nil {
@@ -334,6 +340,9 @@ func (c *Cluster) Delete(gvr schema.GroupVersionResource, namespace, name string
 	b, err := lookup(gvr)
 	if err != nil {
 		return nil, err
+	}
+	if b.storedAs != nil {
+		return c.deleteView(b, namespace, name, opts)
 	}
 	if namespace, err = b.requestNamespace(namespace); err != nil {
 		return nil, err
@@ -492,6 +501,9 @@ func (c *Cluster) DeleteCollection(gvr schema.GroupVersionResource, namespace st
 	b, err := lookup(gvr)
 	if err != nil {
 		return nil, err
+	}
+	if b.storedAs != nil {
+		return c.deleteCollectionView(b, namespace, listOpts, opts)
 	}
 	if !b.info.Namespaced {
 		namespace = ""

@@ -1,0 +1,215 @@
+package store
+
+import (
+	"errors"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// A view serves another resource's objects in its own kind, as kube-apiserver serves
+// events.k8s.io/v1 Events from the core Events' storage: one collection, two shapes. Every verb
+// on a view runs on the stored resource (its strategy, its storage, its watch history) and
+// converts through the scheme on the way in and out.
+
+// toView converts a stored object to the view's kind; the result shares maps and slices with obj.
+func (b *servedResource) toView(obj runtime.Object) (client.Object, error) {
+	out := b.newObject()
+	if err := Scheme().Convert(obj, out, nil); err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	out.GetObjectKind().SetGroupVersionKind(b.info.GVK())
+	return out, nil
+}
+
+// fromView converts an object of the view's kind to the stored kind.
+func (b *servedResource) fromView(obj runtime.Object) (client.Object, error) {
+	out := b.storedAs.newObject()
+	if err := Scheme().Convert(obj, out, nil); err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	out.GetObjectKind().SetGroupVersionKind(b.storedAs.info.GVK())
+	return out, nil
+}
+
+// viewResult converts a stored result (object or list) to the view, and names the view's
+// resource in errors.
+func (b *servedResource) viewResult(obj runtime.Object, err error) (runtime.Object, error) {
+	if err != nil {
+		return nil, b.viewError(err)
+	}
+	if !meta.IsListType(obj) {
+		return b.toView(obj) // obj is the caller's copy already
+	}
+	var items []client.Object
+	if err := meta.EachListItem(obj, func(o runtime.Object) error {
+		v, err := b.toView(o)
+		items = append(items, v)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	lm, err := meta.ListAccessor(obj)
+	if err != nil {
+		return nil, apierrors.NewInternalError(err)
+	}
+	return b.buildList(items, lm.GetResourceVersion(), lm.GetContinue(), lm.GetRemainingItemCount(), true), nil
+}
+
+// viewError names the view's resource, not the stored one, in an API error (its details and
+// message), as clients of the view see upstream.
+func (b *servedResource) viewError(err error) error {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return err
+	}
+	s := status.Status()
+	if s.Details == nil || s.Details.Group != b.storedAs.info.GVR.Group || s.Details.Kind != b.storedAs.info.GVR.Resource && s.Details.Kind != b.storedAs.info.Kind {
+		return err
+	}
+	s.Details.Group = b.info.GVR.Group
+	stored, view := b.storedAs.info.GVR.GroupResource().String(), b.info.GVR.GroupResource().String()
+	s.Message = strings.Replace(s.Message, stored+" \"", view+" \"", 1)
+	if s.Details.Kind == b.storedAs.info.Kind {
+		s.Message = strings.Replace(s.Message, b.storedAs.info.Kind+" \"", b.info.GVK().GroupKind().String()+" \"", 1)
+	}
+	return &apierrors.StatusError{ErrStatus: s}
+}
+
+// viewListOptions maps a view's field selector onto the stored kind's field labels.
+func (b *servedResource) viewListOptions(opts ListOptions) (ListOptions, error) {
+	sel, err := b.selectors(opts)
+	if err != nil {
+		return opts, err
+	}
+	opts.FieldSelector = sel.field
+	return opts, nil
+}
+
+func (c *Cluster) getView(b *servedResource, namespace, name string) (runtime.Object, error) {
+	return b.viewResult(c.Get(b.storedAs.info.GVR, namespace, name))
+}
+
+func (c *Cluster) listView(b *servedResource, namespace string, opts ListOptions) (runtime.Object, error) {
+	opts, err := b.viewListOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return b.viewResult(c.List(b.storedAs.info.GVR, namespace, opts))
+}
+
+func (c *Cluster) watchView(b *servedResource, namespace string, opts ListOptions) (*Watcher, error) {
+	opts, err := b.viewListOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	w, err := c.Watch(b.storedAs.info.GVR, namespace, opts)
+	if err != nil {
+		return nil, b.viewError(err)
+	}
+	w.view = b
+	return w, nil
+}
+
+// storedInput converts a client's object of the view's kind to the stored kind.
+func (b *servedResource) storedInput(obj runtime.Object) (client.Object, error) {
+	in, err := b.typedCopy(obj)
+	if err != nil {
+		return nil, err
+	}
+	return b.fromView(in)
+}
+
+func (c *Cluster) createView(b *servedResource, namespace string, obj runtime.Object, opts CreateOptions) (runtime.Object, error) {
+	in, err := b.storedInput(obj)
+	if err != nil {
+		return nil, err
+	}
+	return b.viewResult(c.Create(b.storedAs.info.GVR, namespace, in, opts))
+}
+
+func (c *Cluster) updateView(b *servedResource, namespace string, obj runtime.Object, opts UpdateOptions) (runtime.Object, error) {
+	in, err := b.storedInput(obj)
+	if err != nil {
+		return nil, err
+	}
+	return b.viewResult(c.Update(b.storedAs.info.GVR, namespace, in, opts))
+}
+
+func (c *Cluster) deleteView(b *servedResource, namespace, name string, opts DeleteOptions) (runtime.Object, error) {
+	return b.viewResult(c.Delete(b.storedAs.info.GVR, namespace, name, opts))
+}
+
+func (c *Cluster) deleteCollectionView(b *servedResource, namespace string, listOpts ListOptions, opts DeleteOptions) (runtime.Object, error) {
+	listOpts, err := b.viewListOptions(listOpts)
+	if err != nil {
+		return nil, err
+	}
+	return b.viewResult(c.DeleteCollection(b.storedAs.info.GVR, namespace, listOpts, opts))
+}
+
+// patchView patches the view of the stored object and stores the result: the patch (and
+// server-side apply, with the view's field manager) applies to the object as the client sees it.
+func (c *Cluster) patchView(b *servedResource, namespace, name string, pt types.PatchType, data []byte, opts PatchOptions) (PatchResult, error) {
+	s := b.storedAs
+	var res PatchResult
+	out, err := c.writeOptimistically(s.info.GVR.GroupResource(), namespace, name, opts.SkipSyncWait, func(cur client.Object) (func() (client.Object, error), error) {
+		res = PatchResult{Created: cur == nil}
+		var curView client.Object
+		if cur != nil {
+			var err error
+			if curView, err = b.toView(cur); err != nil {
+				return nil, err
+			}
+		}
+		var nextView client.Object
+		managed := keepManagedFields
+		if pt == types.ApplyYAMLPatchType {
+			var err error
+			if nextView, res.Warnings, err = b.applied(curView, namespace, name, data, opts); err != nil {
+				return nil, err
+			}
+		} else {
+			if cur == nil {
+				return nil, apierrors.NewNotFound(b.info.GVR.GroupResource(), name)
+			}
+			patched, warnings, err := PatchTyped(curView, pt, data, opts.FieldValidation)
+			if err != nil {
+				return nil, err
+			}
+			res.Warnings = warnings
+			nextView = patched.(client.Object)
+			if err := checkIdentity(nextView, namespace, name, b.info.Namespaced); err != nil {
+				return nil, err
+			}
+			managed = trackUpdate(s, opts.Subresource, opts.FieldManager, opts.SkipManagedFields)
+		}
+		next, err := b.fromView(nextView)
+		if err != nil {
+			return nil, err
+		}
+		if cur == nil {
+			generated, err := s.beforeCreate(namespace, next)
+			if err != nil {
+				return nil, err
+			}
+			return func() (client.Object, error) { return c.commitCreateLocked(s, next, generated, opts.DryRun) }, nil
+		}
+		next, changed, err := s.prepareUpdate(cur, next, opts.Subresource, managed)
+		if err != nil {
+			return nil, err
+		}
+		return func() (client.Object, error) { return c.commitUpdateLocked(s, cur, next, changed, opts.DryRun) }, nil
+	})
+	if err != nil {
+		return PatchResult{}, b.viewError(err)
+	}
+	if res.Object, err = b.toView(out); err != nil {
+		return PatchResult{}, err
+	}
+	return res, nil
+}
