@@ -247,8 +247,20 @@ func (m *WorkloadClustersMux) mustListener(wclName string) (*WorkloadClusterList
 	return l, nil
 }
 
-// ListListeners returns the listeners by cluster key, sorted by key in String order.
-func (m *WorkloadClustersMux) ListListeners() map[string]*WorkloadClusterListener {
+// ListListeners returns the address (https://host:port) of every workload cluster's listener by
+// cluster name, the name InitWorkloadClusterListener was given, whether it serves yet or not (see
+// Describe for that).
+func (m *WorkloadClustersMux) ListListeners() map[string]string {
+	ls := m.Listeners()
+	out := make(map[string]string, len(ls))
+	for k, l := range ls {
+		out[k] = l.Address()
+	}
+	return out
+}
+
+// Listeners returns every workload cluster's listener by cluster name.
+func (m *WorkloadClustersMux) Listeners() map[string]*WorkloadClusterListener {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make(map[string]*WorkloadClusterListener, len(m.listeners))
@@ -269,7 +281,7 @@ type ListenerInfo struct {
 
 // Describe returns a summary of every listener sorted by cluster.
 func (m *WorkloadClustersMux) Describe() []ListenerInfo {
-	ls := m.ListListeners()
+	ls := m.Listeners()
 	out := make([]ListenerInfo, 0, len(ls))
 	for _, l := range ls {
 		out = append(out, l.info())

@@ -85,7 +85,9 @@ func TestClientGoWithCAPIKubeconfig(t *testing.T) {
 	g.Expect(m.DeleteAPIServer("ns/c1", "kube-apiserver-m1")).To(Succeed())
 	_, err = net.DialTimeout("tcp", l.HostPort(), time.Second)
 	g.Expect(err).To(HaveOccurred())
-	g.Expect(m.ListListeners()).To(HaveKey("ns/c1"))
+	g.Expect(m.ListListeners()).To(Equal(map[string]string{"ns/c1": "https://" + l.HostPort()}))
+	g.Expect(m.Listeners()).To(Equal(map[string]*WorkloadClusterListener{"ns/c1": l}))
+	g.Expect(m.Describe()).To(Equal([]ListenerInfo{{Cluster: "ns/c1", Address: l.Address(), Serving: false}}))
 }
 
 func TestIsolationBetweenClusters(t *testing.T) {
