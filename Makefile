@@ -19,12 +19,13 @@ RELEASE_DIR := out
 export K8S_VERSION ETCD_VERSION
 
 # The version the manager reports (--version, its first log line), set with -ldflags in CAPI's
-# version package, as CAPI's managers do. Evaluated only by the targets that build the manager.
+# version package, as CAPI's managers do. Evaluated only by the targets that build the manager
+# (not LDFLAGS: C toolchains take that one from the environment).
 VERSION_PKG := sigs.k8s.io/cluster-api/version
 GIT_COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 GIT_TREE_STATE ?= $(shell test -z "$$(git status --porcelain 2>/dev/null)" && echo clean || echo dirty)
 BUILD_DATE ?= $(shell date -u +'%Y-%m-%dT%H:%M:%SZ')
-LDFLAGS ?= -X $(VERSION_PKG).gitVersion=$(VERSION) -X $(VERSION_PKG).gitCommit=$(GIT_COMMIT) \
+VERSION_LDFLAGS = -X $(VERSION_PKG).gitVersion=$(VERSION) -X $(VERSION_PKG).gitCommit=$(GIT_COMMIT) \
 	-X $(VERSION_PKG).gitTreeState=$(GIT_TREE_STATE) -X $(VERSION_PKG).buildDate=$(BUILD_DATE) \
 	-X $(VERSION_PKG).gitMajor=$(word 1,$(subst ., ,$(VERSION:v%=%))) -X $(VERSION_PKG).gitMinor=$(word 2,$(subst ., ,$(VERSION:v%=%)))
 export GOOFY_CACHE_DIR := $(CACHE_DIR)
@@ -67,11 +68,11 @@ verify: generate manifests ## Regenerate and fail if generated files or formatti
 
 .PHONY: build
 build: ## Build the manager binary into bin/manager (its --version is VERSION and the git commit).
-	go build -ldflags "$(LDFLAGS)" -o bin/manager .
+	go build -ldflags "$(VERSION_LDFLAGS)" -o bin/manager .
 
 .PHONY: run-manager
 run-manager: ## Run the manager against the cluster of the current kubeconfig.
-	go run -ldflags "$(LDFLAGS)" . --leader-elect=false
+	go run -ldflags "$(VERSION_LDFLAGS)" . --leader-elect=false
 
 .PHONY: run
 run: ## Quick start: build what is missing, start a local management plane, create a cluster (3 CP + 2 workers), keep running until Ctrl-C.
@@ -133,7 +134,7 @@ IMAGE_TAR ?= $(RELEASE_DIR)/image/goofy-manager-$(VERSION).tar
 
 .PHONY: image
 image: ## Build the manager image as a tarball without Docker ($(IMAGE_TAR); `docker load -i` it). `docker build .` uses the Dockerfile.
-	CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w $(LDFLAGS)" -o bin/manager-linux .
+	CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o bin/manager-linux .
 	go -C hack/tools run ./imagebuild --binary $(CURDIR)/bin/manager-linux --tag $(IMG) --out $(CURDIR)/$(IMAGE_TAR)
 
 .PHONY: release-manifests
