@@ -127,6 +127,17 @@ bench-mux: ## Mux-only scale benchmark: 1,000 clusters x (3 control-plane + 3 wo
 bench-go: ## Run the Go micro-benchmarks of the store, API server and mux.
 	go test -run '^$$' -skip BenchmarkMuxScale -bench . -benchmem ./internal/...
 
+# Flags of `make bench-api`'s driver, e.g. BENCH_API_FLAGS="-json -cpuprofile" (also -goofy-memory, -duration,
+# -rounds, -warmup, -clients, -ops: `go run ./test/benchapi/cmd/bench-api -h`).
+BENCH_API_FLAGS ?=
+
+.PHONY: bench-api
+bench-api: ## Fake API throughput: one Goofy and one CAPD in-memory workload cluster, client-go over TLS, one side at a time (GET Node, LIST pods, GET 404, watch fan-out; 8 and 1 clients; BENCH_API_FLAGS); report in out/bench-api/.
+	@capd="$$(test/benchapi/build-capdserver.sh)"; \
+	go build -o bin/bench-api ./test/benchapi/cmd/bench-api; \
+	go build -o bin/bench-api-goofyserver ./test/benchapi/cmd/goofyserver; \
+	bin/bench-api -goofy-server bin/bench-api-goofyserver -capd-server "$$capd" -out out/bench-api $(BENCH_API_FLAGS)
+
 ##@ Release
 
 IMG ?= localhost/goofy-capi/cluster-api-provider-goofy:$(VERSION)

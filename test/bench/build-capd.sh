@@ -3,7 +3,7 @@
 # the in-memory backend the benchmark compares against) from the sigs.k8s.io/cluster-api/test Go
 # module, because release binaries cannot be downloaded here. Cached per version under the user
 # cache dir. The last line printed on stdout is the directory holding the binary and the module
-# source; progress goes to stderr.
+# source (with --module: the directory of the Go module it is built in); progress goes to stderr.
 set -euo pipefail
 
 CAPI_VERSION="${CAPI_VERSION:-v1.14.2}"
@@ -42,6 +42,12 @@ package tools
 import _ "sigs.k8s.io/cluster-api/test/infrastructure/docker"
 GO
   (cd "${tools}" && GOFLAGS=-mod=mod go mod tidy -e >&2)
+fi
+
+# --module: only the module, for programs built against it (test/benchapi/build-capdserver.sh).
+if [[ "${1:-}" == "--module" ]]; then
+  echo "${tools}"
+  exit 0
 fi
 
 if [[ ! -x "${out}/capd-manager" ]]; then
