@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 )
@@ -191,12 +192,18 @@ func TestStatusDirectMatchesErrorNegotiated(t *testing.T) {
 			if accept != "" {
 				req.Header.Set("Accept", accept)
 			}
-			direct, upstream := httptest.NewRecorder(), httptest.NewRecorder()
+			direct, upstream, afterGET := httptest.NewRecorder(), httptest.NewRecorder(), httptest.NewRecorder()
 			g.Expect(writeStatusDirect(direct, req, responsewriters.ErrorToAPIStatus(err))).To(BeTrue(), accept)
 			responsewriters.ErrorNegotiated(err, getServing().meta, metav1.Unversioned, upstream, req)
-			g.Expect(direct.Code).To(Equal(upstream.Code), "%s %v", accept, err)
-			g.Expect(direct.Header().Get("Content-Type")).To(Equal(upstream.Header().Get("Content-Type")), "%s %v", accept, err)
-			g.Expect(direct.Body.String()).To(Equal(upstream.Body.String()), "%s %v", accept, err)
+			// As a GET writes its 404, with the serializer it negotiated for the object.
+			_, info, nerr := negotiation.NegotiateOutputMediaType(req, getServing().objects, restrictions{transforms: true})
+			g.Expect(nerr).NotTo(HaveOccurred())
+			g.Expect(writeStatusWith(afterGET, responsewriters.ErrorToAPIStatus(err), info)).To(BeTrue(), accept)
+			for _, got := range []*httptest.ResponseRecorder{direct, afterGET} {
+				g.Expect(got.Code).To(Equal(upstream.Code), "%s %v", accept, err)
+				g.Expect(got.Header().Get("Content-Type")).To(Equal(upstream.Header().Get("Content-Type")), "%s %v", accept, err)
+				g.Expect(got.Body.String()).To(Equal(upstream.Body.String()), "%s %v", accept, err)
+			}
 		}
 	}
 }

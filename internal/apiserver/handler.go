@@ -15,6 +15,7 @@ import (
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
@@ -207,11 +208,25 @@ func (h *handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 // cost what a GET costs. It reports false for what it leaves to ErrorNegotiated (pretty output,
 // Retry-After, 204, anything it cannot negotiate).
 func writeStatusDirect(w http.ResponseWriter, r *http.Request, status *metav1.Status) bool {
-	if status.Code == http.StatusNoContent || status.Details != nil && status.Details.RetryAfterSeconds > 0 {
+	if !directStatus(status) {
 		return false
 	}
 	_, info, err := negotiation.NegotiateOutputMediaType(r, getServing().meta, negotiation.DefaultEndpointRestrictions)
-	if err != nil || info.Serializer == info.PrettySerializer {
+	if err != nil {
+		return false
+	}
+	return writeStatusWith(w, status, info)
+}
+
+// directStatus reports whether writeStatusWith may write status.
+func directStatus(status *metav1.Status) bool {
+	return status.Code != http.StatusNoContent && (status.Details == nil || status.Details.RetryAfterSeconds == 0)
+}
+
+// writeStatusWith writes status with a serializer negotiated for the request already (a GET
+// negotiated it for the object it did not find), unless that is the pretty one.
+func writeStatusWith(w http.ResponseWriter, status *metav1.Status, info kruntime.SerializerInfo) bool {
+	if info.Serializer == info.PrettySerializer {
 		return false
 	}
 	out := *status

@@ -137,7 +137,10 @@ func (h *handler) serveGetEncoded(rq *reqScope) bool {
 	data, err := h.c.GetEncoded(rq.gvr, rq.ns, rq.name, format, encodeShared(info.Serializer, gvk))
 	switch {
 	case err != nil:
-		h.writeError(rq.w, rq.r, err)
+		// Usually a 404: written with the serializer negotiated above rather than negotiated again.
+		if status := responsewriters.ErrorToAPIStatus(err); status.Code >= 500 || !directStatus(status) || !writeStatusWith(rq.w, status, info) {
+			h.writeError(rq.w, rq.r, err)
+		}
 	case len(data) > gzipThresholdBytes:
 		// Large enough that upstream would gzip it for clients that ask: let its writer decide.
 		responsewriters.SerializeObject(info.MediaType, encodedBytes(data), rq.w, rq.r, http.StatusOK, nil)
