@@ -77,6 +77,7 @@ func (c *Cluster) PatchObject(gvr schema.GroupVersionResource, namespace, name s
 			}
 			res.Warnings = warnings
 			if cur == nil {
+				b.strategy.Default(next)
 				generated, err := b.beforeCreate(namespace, next)
 				if err != nil {
 					return nil, err

@@ -193,6 +193,7 @@ func (c *Cluster) patchView(b *servedResource, namespace, name string, pt types.
 			return nil, err
 		}
 		if cur == nil {
+			s.strategy.Default(next)
 			generated, err := s.beforeCreate(namespace, next)
 			if err != nil {
 				return nil, err

@@ -73,34 +73,29 @@ func (c *Cluster) createLocked(b *servedResource, obj client.Object, dryRun bool
 	return c.commitCreateLocked(b, obj, generated, dryRun)
 }
 
-// prepareCreate turns obj (a private copy) into the object to store, as kube-apiserver's create
-// does before it reaches storage: defaults, a generated name, uid and creationTimestamp, then the
-// kind's strategy through rest.BeforeCreate (namespace, preparation, validation), then manager's
-// fields (an Update entry, as for any create; with untracked, see CreateOptions.SkipManagedFields,
-// an object that brings no managedFields gets none). It reads no cluster state, so callers run
-// it before taking the lock; generated reports whether the name was generated.
+// prepareCreate turns obj (a private copy) into the object to store, in kube-apiserver's order:
+// defaults (as decoding applies them), then manager's fields (an Update entry, recorded by the
+// create handler before the registry runs; with untracked, see CreateOptions.SkipManagedFields,
+// an object that brings no managedFields gets none), then beforeCreate. It reads no cluster
+// state, so callers run it before taking the lock; generated reports whether the name was
+// generated.
 func (b *servedResource) prepareCreate(namespace string, obj client.Object, manager string, untracked bool) (generated bool, err error) {
-	if generated, err = b.beforeCreate(namespace, obj); err != nil {
-		return false, err
+	b.strategy.Default(obj)
+	if !untracked || len(obj.GetManagedFields()) > 0 {
+		fm, err := fieldManagerFor(b, "")
+		if err != nil {
+			return false, apierrors.NewInternalError(err)
+		}
+		obj.SetManagedFields(fm.UpdateNoErrors(b.newObject(), obj, manager).(client.Object).GetManagedFields())
 	}
-	if untracked && len(obj.GetManagedFields()) == 0 {
-		return generated, nil
-	}
-	fm, err := fieldManagerFor(b, "")
-	if err != nil {
-		return false, apierrors.NewInternalError(err)
-	}
-	managed := fm.UpdateNoErrors(b.newObject(), obj, manager).(client.Object)
-	obj.SetManagedFields(managed.GetManagedFields())
-	truncateManagedTimes(obj)
-	return generated, nil
+	return b.beforeCreate(namespace, obj)
 }
 
-// beforeCreate runs the create half of the kind's strategy on obj, whose managed fields are
-// already set when it comes from server-side apply.
+// beforeCreate is the registry's part of a create, as kube-apiserver's generic registry runs it:
+// a generated name, uid and creationTimestamp, then the kind's strategy through rest.BeforeCreate
+// (namespace, preparation, validation). obj is defaulted, and its managed fields are set.
 func (b *servedResource) beforeCreate(namespace string, obj client.Object) (generated bool, err error) {
 	obj.GetObjectKind().SetGroupVersionKind(b.info.GVK())
-	b.strategy.Default(obj)
 	if obj.GetName() == "" && obj.GetGenerateName() != "" {
 		obj.SetName(b.strategy.GenerateName(obj.GetGenerateName()))
 		generated = true
