@@ -547,3 +547,20 @@ func TestDefaults(t *testing.T) {
 	g.Expect(p.Spec.Containers[0].ImagePullPolicy).To(Equal(corev1.PullIfNotPresent), "tagged image")
 	g.Expect(p.Spec.SchedulerName).To(Equal(corev1.DefaultSchedulerName))
 }
+
+// A dry-run delete of a namespace answers what the delete would (Terminating, with a
+// deletionTimestamp) and changes nothing.
+func TestDryRunDeleteOfANamespace(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	nsGVR := corev1.SchemeGroupVersion.WithResource("namespaces")
+	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team"}})
+	out, err := c.Delete(nsGVR, "", "team", DeleteOptions{DryRun: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(out.(*corev1.Namespace).Status.Phase).To(Equal(corev1.NamespaceTerminating))
+	g.Expect(out.(*corev1.Namespace).DeletionTimestamp).NotTo(BeNil())
+	got, err := c.Get(nsGVR, "", "team")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.(*corev1.Namespace).Status.Phase).To(Equal(corev1.NamespaceActive))
+	g.Expect(got.(*corev1.Namespace).DeletionTimestamp).To(BeNil())
+}

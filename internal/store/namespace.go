@@ -40,9 +40,7 @@ func (c *Cluster) checkNamespaceOpen(namespace string) error {
 // deleteNamespaceLocked marks the namespace Terminating, deletes its content and finishes the
 // namespace once the content is gone, as the namespace controller does.
 func (c *Cluster) deleteNamespaceLocked(b *servedResource, cur client.Object) client.Object {
-	next := markDeleting(cur).(*corev1.Namespace)
-	next.SetDeletionGracePeriodSeconds(nil)
-	next.Status.Phase = corev1.NamespaceTerminating
+	next := terminating(cur)
 	c.storeLocked(b.info.GVR.GroupResource(), next, cur)
 	for gr, m := range c.objects {
 		db, ok := behaviorForGR(gr)
@@ -59,6 +57,15 @@ func (c *Cluster) deleteNamespaceLocked(b *servedResource, cur client.Object) cl
 	if out := c.getLocked(b.info.GVR.GroupResource(), next.Name); out != nil {
 		return out
 	}
+	return next
+}
+
+// terminating is what a namespace's delete makes of it, as upstream's namespace REST does:
+// deletionTimestamp now, phase Terminating.
+func terminating(cur client.Object) *corev1.Namespace {
+	next := markDeleting(cur).(*corev1.Namespace)
+	next.SetDeletionGracePeriodSeconds(nil)
+	next.Status.Phase = corev1.NamespaceTerminating
 	return next
 }
 

@@ -381,9 +381,11 @@ func dryRunDelete(b *servedResource, cur client.Object, options *metav1.DeleteOp
 	switch {
 	case err != nil:
 		return nil, err
-	case pending || graceful:
+	case pending || graceful || cur.GetDeletionTimestamp() != nil:
 		return next, nil
-	case cur.GetDeletionTimestamp() == nil && len(cur.GetFinalizers()) > 0:
+	case b.info.GVR == namespacesGVR:
+		return terminating(cur), nil // what a real delete would answer, the content still there
+	case len(cur.GetFinalizers()) > 0:
 		return markDeleting(cur), nil
 	}
 	return next, nil
