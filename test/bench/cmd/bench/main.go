@@ -71,7 +71,7 @@ func run() error {
 	timeout := flag.Duration("timeout", envDuration("TIMEOUT", 20*time.Minute), "per-provider bound on waiting for all clusters Available (env TIMEOUT)")
 	profile := flag.Duration("profile", envDuration("PROFILE", 30*time.Second), "CPU profile window for the provider's pprof endpoint; 0 disables (env PROFILE)")
 	k8s := flag.String("kubernetes-version", envOr("KUBERNETES_VERSION", "v1.36.3"), "Kubernetes version of the clusters")
-	portRange := flag.String("goofy-port-range", envOr("GOOFY_LISTENER_PORT_RANGE", "31000-39999"), "Goofy listener ports (CAPD uses 20000-30000)")
+	portRange := flag.String("goofy-port-range", envOr("GOOFY_LISTENER_PORT_RANGE", "17000-19999"), "Goofy listener ports: below the kernel's ephemeral range (32768-60999 by default), as the tests' ranges are, and apart from CAPD's 20000-30000 (env GOOFY_LISTENER_PORT_RANGE)")
 	out := flag.String("out", "out/bench", "output directory")
 	qps := flag.Float64("qps", envFloat("QPS", 0), "QPS of every provider's client to the management API server; 0 keeps each provider's shipped default (env QPS)")
 	burst := flag.Int("burst", envInt("BURST", 0), "burst of every provider's client to the management API server; 0 keeps each provider's shipped default (env BURST)")
