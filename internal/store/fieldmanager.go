@@ -90,7 +90,7 @@ func fieldManagerFor(b *servedResource, subresource string) (*managedfields.Fiel
 		return fm, nil
 	}
 	var reset map[fieldpath.APIVersion]fieldpath.Filter
-	if b.hasStatus {
+	if b.status != nil {
 		var set *fieldpath.Set
 		if subresource == "" {
 			set = fieldpath.NewSet(fieldpath.MakePathOrDie("status"))

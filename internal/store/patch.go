@@ -62,56 +62,76 @@ func (c *Cluster) PatchObject(gvr schema.GroupVersionResource, namespace, name s
 	if errs := metav1validation.ValidatePatchOptions(&po, pt); len(errs) > 0 {
 		return PatchResult{}, apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: "PatchOptions"}, "", errs)
 	}
+	// A view's objects are stored as another resource's (views.go): the patch applies to the
+	// object as the view shows it, and the result is stored through the stored resource.
+	stored := b
 	if b.storedAs != nil {
-		return c.patchView(b, namespace, name, pt, data, opts)
+		stored = b.storedAs
 	}
-
-	gr := gvr.GroupResource()
 	var res PatchResult
-	out, err := c.writeOptimistically(gr, namespace, name, opts.SkipSyncWait, func(cur client.Object) (func() (client.Object, error), error) {
+	out, err := c.writeOptimistically(stored.info.GVR.GroupResource(), namespace, name, opts.SkipSyncWait, func(cur client.Object) (func() (client.Object, error), error) {
 		res = PatchResult{Created: cur == nil}
+		seen := cur
+		if cur != nil && b.storedAs != nil {
+			var err error
+			if seen, err = b.toView(cur); err != nil {
+				return nil, err
+			}
+		}
+		var next client.Object
+		managed := keepManagedFields // apply recorded them
 		if pt == types.ApplyYAMLPatchType {
-			next, warnings, err := b.applied(cur, namespace, name, data, opts)
+			var err error
+			if next, res.Warnings, err = b.applied(seen, namespace, name, data, opts); err != nil {
+				return nil, err
+			}
+		} else {
+			if cur == nil {
+				return nil, apierrors.NewNotFound(b.info.GVR.GroupResource(), name)
+			}
+			patched, warnings, err := PatchTyped(seen, pt, data, opts.FieldValidation)
 			if err != nil {
 				return nil, err
 			}
 			res.Warnings = warnings
-			if cur == nil {
-				b.strategy.Default(next)
-				generated, err := b.beforeCreate(namespace, next)
-				if err != nil {
-					return nil, err
-				}
-				return func() (client.Object, error) { return c.commitCreateLocked(b, next, generated, opts.DryRun) }, nil
+			next = patched.(client.Object)
+			if err := checkIdentity(next, namespace, name, b.info.Namespaced); err != nil {
+				return nil, err
 			}
-			next, changed, err := b.prepareUpdate(cur, next, opts.Subresource, keepManagedFields)
+			managed = trackUpdate(stored, opts.Subresource, opts.FieldManager, opts.SkipManagedFields)
+		}
+		if b.storedAs != nil {
+			var err error
+			if next, err = b.fromView(next); err != nil {
+				return nil, err
+			}
+		}
+		if cur == nil {
+			stored.strategy.Default(next)
+			generated, err := stored.beforeCreate(namespace, next)
 			if err != nil {
 				return nil, err
 			}
-			return func() (client.Object, error) { return c.commitUpdateLocked(b, cur, next, changed, opts.DryRun) }, nil
+			return func() (client.Object, error) { return c.commitCreateLocked(stored, next, generated, opts.DryRun) }, nil
 		}
-		if cur == nil {
-			return nil, apierrors.NewNotFound(gr, name)
-		}
-		patched, warnings, err := PatchTyped(cur, pt, data, opts.FieldValidation)
+		next, changed, err := stored.prepareUpdate(cur, next, opts.Subresource, managed)
 		if err != nil {
 			return nil, err
 		}
-		res.Warnings = warnings
-		next := patched.(client.Object)
-		if err := checkIdentity(next, namespace, name, b.info.Namespaced); err != nil {
-			return nil, err
-		}
-		next, changed, err := b.prepareUpdate(cur, next, opts.Subresource, trackUpdate(b, opts.Subresource, opts.FieldManager, opts.SkipManagedFields))
-		if err != nil {
-			return nil, err
-		}
-		return func() (client.Object, error) { return c.commitUpdateLocked(b, cur, next, changed, opts.DryRun) }, nil
+		return func() (client.Object, error) { return c.commitUpdateLocked(stored, cur, next, changed, opts.DryRun) }, nil
 	})
-	if err != nil {
+	switch {
+	case err != nil && b.storedAs != nil:
+		return PatchResult{}, b.viewError(err)
+	case err != nil:
+		return PatchResult{}, err
+	case b.storedAs == nil:
+		res.Object = out
+		return res, nil
+	}
+	if res.Object, err = b.toView(out); err != nil {
 		return PatchResult{}, err
 	}
-	res.Object = out
 	return res, nil
 }
 

@@ -22,9 +22,8 @@ type servedResource struct {
 	info     ResourceInfo
 	strategy kinds.Strategy
 	// status is the strategy of the status subresource, nil without one.
-	status    rest.RESTUpdateStrategy
-	hasStatus bool
-	goType    reflect.Type // struct type of the kind
+	status rest.RESTUpdateStrategy
+	goType reflect.Type // struct type of the kind
 	// storedAs is the resource holding this one's objects when it is a view (views.go).
 	storedAs *servedResource
 }
@@ -53,7 +52,6 @@ var reg = func() *registry {
 			panic(fmt.Sprintf("store: kind %v not in scheme: %v", info.GVK(), err))
 		}
 		b := &servedResource{info: info, strategy: s, status: s.StatusStrategy(), goType: reflect.TypeOf(obj).Elem()}
-		b.hasStatus = b.status != nil
 		r.byGVR[info.GVR] = b
 		r.byGR[info.GVR.GroupResource()] = b
 		r.byGVK[info.GVK()] = &b.info

@@ -7,7 +7,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -150,67 +149,4 @@ func (c *Cluster) deleteCollectionView(b *servedResource, namespace string, list
 		return nil, err
 	}
 	return b.viewResult(c.DeleteCollection(b.storedAs.info.GVR, namespace, listOpts, opts))
-}
-
-// patchView patches the view of the stored object and stores the result: the patch (and
-// server-side apply, with the view's field manager) applies to the object as the client sees it.
-func (c *Cluster) patchView(b *servedResource, namespace, name string, pt types.PatchType, data []byte, opts PatchOptions) (PatchResult, error) {
-	s := b.storedAs
-	var res PatchResult
-	out, err := c.writeOptimistically(s.info.GVR.GroupResource(), namespace, name, opts.SkipSyncWait, func(cur client.Object) (func() (client.Object, error), error) {
-		res = PatchResult{Created: cur == nil}
-		var curView client.Object
-		if cur != nil {
-			var err error
-			if curView, err = b.toView(cur); err != nil {
-				return nil, err
-			}
-		}
-		var nextView client.Object
-		managed := keepManagedFields
-		if pt == types.ApplyYAMLPatchType {
-			var err error
-			if nextView, res.Warnings, err = b.applied(curView, namespace, name, data, opts); err != nil {
-				return nil, err
-			}
-		} else {
-			if cur == nil {
-				return nil, apierrors.NewNotFound(b.info.GVR.GroupResource(), name)
-			}
-			patched, warnings, err := PatchTyped(curView, pt, data, opts.FieldValidation)
-			if err != nil {
-				return nil, err
-			}
-			res.Warnings = warnings
-			nextView = patched.(client.Object)
-			if err := checkIdentity(nextView, namespace, name, b.info.Namespaced); err != nil {
-				return nil, err
-			}
-			managed = trackUpdate(s, opts.Subresource, opts.FieldManager, opts.SkipManagedFields)
-		}
-		next, err := b.fromView(nextView)
-		if err != nil {
-			return nil, err
-		}
-		if cur == nil {
-			s.strategy.Default(next)
-			generated, err := s.beforeCreate(namespace, next)
-			if err != nil {
-				return nil, err
-			}
-			return func() (client.Object, error) { return c.commitCreateLocked(s, next, generated, opts.DryRun) }, nil
-		}
-		next, changed, err := s.prepareUpdate(cur, next, opts.Subresource, managed)
-		if err != nil {
-			return nil, err
-		}
-		return func() (client.Object, error) { return c.commitUpdateLocked(s, cur, next, changed, opts.DryRun) }, nil
-	})
-	if err != nil {
-		return PatchResult{}, b.viewError(err)
-	}
-	if res.Object, err = b.toView(out); err != nil {
-		return PatchResult{}, err
-	}
-	return res, nil
 }

@@ -257,7 +257,7 @@ func (b *servedResource) checkSubresource(sub string) error {
 	case "":
 		return nil
 	case "status":
-		if b.hasStatus {
+		if b.status != nil {
 			return nil
 		}
 	}
