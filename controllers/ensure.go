@@ -104,7 +104,7 @@ func (r *GoofyMachineReconciler) ensureNode(ctx context.Context, s *machineScope
 	if err != nil {
 		return err
 	}
-	ready := s.gm.Annotations[NodeNotReadyAnnotation] == "" && !s.instanceGone
+	ready := !s.faults.nodeNotReady && !s.faults.vmFailed && !s.instanceGone
 	now := metav1.NewTime(r.Clock.Now())
 	node := &corev1.Node{}
 	err = c.Get(ctx, client.ObjectKey{Name: s.nodeName()}, node)
@@ -118,10 +118,20 @@ func (r *GoofyMachineReconciler) ensureNode(ctx context.Context, s *machineScope
 			Capacity:       machineCapacity(&s.gm.Spec),
 			Ready:          ready,
 		}, now)
+		if s.faults.vmFailed {
+			markNodeUnreachable(node, now)
+		}
 		return createWithStatus(ctx, c, node)
 	}
 	if err != nil {
 		return err
+	}
+	if s.faults.vmFailed {
+		// The kubelet is gone with the VM: nobody posts the Node's status any more.
+		if markNodeUnreachable(node, now) {
+			return c.Status().Update(ctx, node)
+		}
+		return nil
 	}
 	if workload.SetNodeReady(node, ready, now) {
 		return c.Status().Update(ctx, node)
@@ -135,14 +145,26 @@ func (r *GoofyMachineReconciler) ensureEtcd(ctx context.Context, s *machineScope
 	if err := r.ensureStaticPod(ctx, s, l, workload.Etcd); err != nil {
 		return err
 	}
-	if r.Mux.HasEtcdMember(s.key, podName) {
-		return nil
+	if !r.Mux.HasEtcdMember(s.key, podName) {
+		ca, key, err := r.clusterCA(ctx, s, secret.EtcdCA)
+		if err != nil {
+			return err
+		}
+		if err := r.Mux.AddEtcdMember(s.key, podName, ca, key); err != nil {
+			return err
+		}
 	}
-	ca, key, err := r.clusterCA(ctx, s, secret.EtcdCA)
+	// An unhealthy member (or one on a failed VM) fails its calls and its pod is not ready, as
+	// kubelet reports a member whose health probe fails.
+	unhealthy := s.faults.etcdUnhealthy || s.faults.vmFailed
+	if err := r.Mux.SetEtcdMemberUnhealthy(s.key, podName, unhealthy); err != nil {
+		return err
+	}
+	c, err := l.GetClient()
 	if err != nil {
 		return err
 	}
-	return r.Mux.AddEtcdMember(s.key, podName, ca, key)
+	return setPodReady(ctx, c, metav1.NamespaceSystem, podName, !unhealthy, metav1.NewTime(r.Clock.Now()))
 }
 
 // ensureAPIServer runs the API server (the first one starts serving), the other control-plane

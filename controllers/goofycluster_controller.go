@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util"
@@ -43,12 +45,15 @@ type GoofyClusterReconciler struct {
 	Restarter *HotRestarter
 	// Azure serves Azure-backed GoofyClusters; nil disables that backend.
 	Azure *AzureClouds
+
+	recorder events.EventRecorder
 }
 
 // SetupWithManager registers the reconciler: GoofyClusters, and their Cluster's creation and
 // pause changes; resyncs pass both watches.
 func (r *GoofyClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	log := predicateLogger(ctrl.LoggerFrom(ctx))
+	r.recorder = mgr.GetEventRecorder("goofycluster-controller")
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&infrav1.GoofyCluster{}, builder.WithPredicates(specOrMetadataChanged())).
 		WithOptions(options).
@@ -105,10 +110,10 @@ func (r *GoofyClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if !gc.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, cluster, gc)
 	}
-	return ctrl.Result{}, r.reconcileNormal(ctx, cluster, gc)
+	return r.reconcileNormal(ctx, cluster, gc)
 }
 
-func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Cluster, gc *infrav1.GoofyCluster) error {
+func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Cluster, gc *infrav1.GoofyCluster) (ctrl.Result, error) {
 	key := mux.ClusterKey(gc.Namespace, cluster.Name)
 	// The listener reserves a port: deletion has to free it.
 	controllerutil.AddFinalizer(gc, infrav1.ClusterFinalizer)
@@ -132,7 +137,7 @@ func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *c
 		}
 		setNotReady(gc, infrav1.LoadBalancerReadyCondition, reason, err.Error())
 		setNotReady(gc, infrav1.ReadyCondition, reason, err.Error())
-		return err
+		return ctrl.Result{}, err
 	}
 
 	switch {
@@ -143,12 +148,20 @@ func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *c
 		// kubeconfig CAPI generated from it, so clients reach the cluster again.
 		if err := r.repairKubeconfig(ctx, cluster, l); err != nil {
 			setNotReady(gc, infrav1.LoadBalancerReadyCondition, infrav1.ListenerFailedReason, err.Error())
-			return err
+			return ctrl.Result{}, err
 		}
 		ctrl.LoggerFrom(ctx).Info("Repaired the control plane endpoint after the advertised host changed", "Cluster", klogRef(cluster),
 			"old", gc.Spec.ControlPlaneEndpoint.Host, "new", l.Host())
 		gc.Spec.ControlPlaneEndpoint.Host = l.Host()
 	}
+
+	// Faults first: an unreachable cluster stops serving before anything else happens.
+	now := time.Now()
+	faults := mux.ClusterFaults(gc.Spec.Simulation, now)
+	if err := l.SetFaults(ctx, faults.Faults); err != nil {
+		return ctrl.Result{}, fmt.Errorf("injecting faults: %w", err)
+	}
+	requeue := recordFaults(ctx, r.recorder, gc, clusterFaultKey(gc), faults, now)
 
 	gc.Status.FailureDomains = nil
 	if gc.Spec.Backend.Azure != nil {
@@ -157,7 +170,7 @@ func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *c
 		if err := r.reconcileAzureCluster(ctx, key, gc); err != nil {
 			setNotReady(gc, infrav1.LoadBalancerReadyCondition, infrav1.AzureErrorReason, err.Error())
 			setNotReady(gc, infrav1.ReadyCondition, infrav1.AzureErrorReason, err.Error())
-			return err
+			return ctrl.Result{}, err
 		}
 	} else {
 		for _, fd := range gc.Spec.FailureDomains {
@@ -169,7 +182,7 @@ func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *c
 	gc.Status.Initialization.Provisioned = ptr.To(true)
 	setTrue(gc, infrav1.LoadBalancerReadyCondition, infrav1.ReadyReason, "")
 	setTrue(gc, infrav1.ReadyCondition, infrav1.ReadyReason, "")
-	return nil
+	return sooner(ctrl.Result{}, requeue), nil
 }
 
 // repairKubeconfig rewrites the server URL of the <cluster>-kubeconfig secret to the listener.
@@ -211,6 +224,7 @@ func (r *GoofyClusterReconciler) reconcileDelete(ctx context.Context, cluster *c
 	if r.Azure != nil {
 		r.Azure.forget(key)
 	}
+	activeFaults.set(clusterFaultKey(gc), nil)
 	ctrl.LoggerFrom(ctx).Info("Released the workload cluster listener and store", "Cluster", klogRef(cluster))
 	controllerutil.RemoveFinalizer(gc, infrav1.ClusterFinalizer)
 	return nil
@@ -223,6 +237,7 @@ func (r *GoofyClusterReconciler) releaseOrphan(ctx context.Context, gc *infrav1.
 	if err := r.Mux.DeleteWorkloadClusterListener(mux.ClusterKey(gc.Namespace, mux.ClusterNameOf(gc))); err != nil {
 		return err
 	}
+	activeFaults.set(clusterFaultKey(gc), nil)
 	orig := gc.DeepCopy()
 	controllerutil.RemoveFinalizer(gc, infrav1.ClusterFinalizer)
 	return client.IgnoreNotFound(r.Client.Patch(ctx, gc, client.MergeFrom(orig)))

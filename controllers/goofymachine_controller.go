@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -30,6 +31,8 @@ import (
 
 // NodeNotReadyAnnotation on a GoofyMachine makes its simulated Node NotReady (failure injection for
 // MachineHealthCheck rehearsals). Remove it to make the Node Ready again.
+//
+// Deprecated: set spec.simulation.nodeNotReady instead (docs/faults.md); the annotation is its alias.
 const NodeNotReadyAnnotation = "goofy.infrastructure.cluster.x-k8s.io/node-not-ready"
 
 // waitForListener is how long a machine waits for its cluster's listener, which the GoofyCluster
@@ -50,7 +53,8 @@ type GoofyMachineReconciler struct {
 	// Clock drives phase timing; tests use a fake one.
 	Clock clock.PassiveClock
 
-	ips ipAllocator
+	recorder events.EventRecorder
+	ips      ipAllocator
 }
 
 // SetupWithManager registers the reconciler: GoofyMachines, their Machines, and their Cluster's
@@ -61,6 +65,7 @@ func (r *GoofyMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
+	r.recorder = mgr.GetEventRecorder("goofymachine-controller")
 	clusterToMachines, err := util.ClusterToTypedObjectsMapper(mgr.GetClient(), &infrav1.GoofyMachineList{}, mgr.GetScheme())
 	if err != nil {
 		return err
@@ -163,6 +168,9 @@ type machineScope struct {
 	gc      *infrav1.GoofyCluster // nil when already deleted
 	key     string                // the workload cluster in the mux
 
+	// faults are the machine's active faults (spec.simulation).
+	faults machineFaults
+
 	// Azure backend only: the instance the machine is bound to, or instanceGone when it vanished.
 	instance     *metadata.InstanceMetadata
 	instanceGone bool
@@ -177,6 +185,18 @@ func (s *machineScope) controlPlane() bool { return util.IsControlPlaneMachine(s
 func (s *machineScope) nodeName() string { return s.machine.Name }
 
 func (r *GoofyMachineReconciler) reconcileNormal(ctx context.Context, s *machineScope) (ctrl.Result, error) {
+	now := r.Clock.Now()
+	active, nodeNotReady, etcdUnhealthy, vmFailed := mux.MachineFaults(s.gm.Spec.Simulation, s.gm.Annotations[NodeNotReadyAnnotation] != "", now)
+	s.faults = machineFaults{nodeNotReady: nodeNotReady, etcdUnhealthy: etcdUnhealthy, vmFailed: vmFailed}
+	requeue := recordFaults(ctx, r.recorder, s.gm, machineFaultKey(s.gm), active, now)
+	res, err := r.reconcileMachine(ctx, s)
+	if err != nil {
+		return res, err
+	}
+	return sooner(res, requeue), nil
+}
+
+func (r *GoofyMachineReconciler) reconcileMachine(ctx context.Context, s *machineScope) (ctrl.Result, error) {
 	if reason, msg := r.waitingFor(s); reason != "" {
 		setWaiting(s.gm, infrav1.VMProvisionedCondition, reason, msg)
 		setSummary(s)
@@ -187,6 +207,13 @@ func (r *GoofyMachineReconciler) reconcileNormal(ctx context.Context, s *machine
 		setWaiting(s.gm, infrav1.VMProvisionedCondition, infrav1.WaitingForClusterInfrastructureReason, "waiting for the workload cluster listener")
 		setSummary(s)
 		return ctrl.Result{RequeueAfter: waitForListener}, nil
+	}
+	if s.faults.vmFailed && !conditions.IsTrue(s.gm, infrav1.VMProvisionedCondition) {
+		// A VM that fails before it is provisioned never comes up.
+		conditions.Set(s.gm, metav1.Condition{Type: infrav1.VMProvisionedCondition, Status: metav1.ConditionFalse, Reason: infrav1.VMFailedReason,
+			Message: "the VM failed (spec.simulation.vmFailed)"})
+		setSummary(s)
+		return ctrl.Result{}, nil
 	}
 	if s.azure() {
 		// Binding reserves an instance: from here on deletion has something to release.
@@ -243,6 +270,7 @@ func clusterGatesOf(c *clusterv1.Cluster) clusterGates {
 
 func (r *GoofyMachineReconciler) reconcileDelete(ctx context.Context, s *machineScope) error {
 	conditions.Set(s.gm, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionFalse, Reason: infrav1.DeletingReason})
+	activeFaults.set(machineFaultKey(s.gm), nil)
 	if l, ok := r.Mux.Listener(s.key); ok {
 		if err := r.teardown(ctx, s, l); err != nil {
 			return err
@@ -277,6 +305,7 @@ func (r *GoofyMachineReconciler) releaseOrphan(ctx context.Context, gm *infrav1.
 		}
 		r.ips.release(key, gm.Name)
 	}
+	activeFaults.set(machineFaultKey(gm), nil)
 	orig := gm.DeepCopy()
 	controllerutil.RemoveFinalizer(gm, infrav1.MachineFinalizer)
 	return client.IgnoreNotFound(r.Client.Patch(ctx, gm, client.MergeFrom(orig)))
@@ -298,6 +327,13 @@ func setWaiting(gm *infrav1.GoofyMachine, condType, reason, message string) {
 
 // setSummary sets Ready from the phase conditions that apply to this machine.
 func setSummary(s *machineScope) {
+	if s.faults.vmFailed {
+		// A terminal failure, reported as CAPI's v1beta2 contract lets an infrastructure machine
+		// report one: a condition with a documented reason (docs/faults.md).
+		conditions.Set(s.gm, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionFalse, Reason: infrav1.VMFailedReason,
+			Message: "the VM failed for good (spec.simulation.vmFailed): the machine has to be replaced"})
+		return
+	}
 	if s.instanceGone {
 		conditions.Set(s.gm, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionFalse, Reason: infrav1.InstanceGoneReason,
 			Message: fmt.Sprintf("instance %s no longer exists in Azure", s.gm.Spec.ProviderID)})

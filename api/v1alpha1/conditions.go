@@ -18,6 +18,9 @@ const (
 	EtcdProvisionedCondition = "EtcdProvisioned"
 	// APIServerProvisionedCondition: the API server serves (control-plane machines only).
 	APIServerProvisionedCondition = "APIServerProvisioned"
+	// FaultsInjectedCondition is True while a fault of spec.simulation is active; its message
+	// names them (docs/faults.md).
+	FaultsInjectedCondition = "FaultsInjected"
 	// LoadBalancerReadyCondition: the cluster's API endpoint is allocated and served.
 	LoadBalancerReadyCondition = "LoadBalancerReady"
 
@@ -38,4 +41,9 @@ const (
 	NoFreeInstanceReason                    = "NoFreeInstance"
 	InstanceGoneReason                      = "InstanceGone"
 	AzureErrorReason                        = "AzureError"
+	// FaultsActiveReason and NoFaultsReason are the reasons of FaultsInjected.
+	FaultsActiveReason = "FaultsActive"
+	NoFaultsReason     = "NoFaults"
+	// VMFailedReason: spec.simulation.vmFailed, a terminal failure of the machine (Ready=False).
+	VMFailedReason = "VMFailed"
 )

@@ -216,6 +216,33 @@ spec: {template: {spec: {capacity: {memory: "8 GiB"}}}}`,
 		{"machine template without template", `kind: GoofyMachineTemplate
 spec: {}`,
 			"spec.template", "Required value"},
+		{"fault error code not offered", `kind: GoofyCluster
+spec: {simulation: {apiServer: {errors: [{code: 418, ratio: "0.1"}]}}}`,
+			"spec.simulation.apiServer.errors[0].code", "Unsupported value"},
+		{"fault ratio above one", `kind: GoofyCluster
+spec: {simulation: {apiServer: {errors: [{code: 503, ratio: "1.5"}]}}}`,
+			"spec.simulation.apiServer.errors[0].ratio", "should match"},
+		{"fault without ratio", `kind: GoofyCluster
+spec: {simulation: {apiServer: {errors: [{code: 503}]}}}`,
+			"spec.simulation.apiServer.errors[0].ratio", "Required value"},
+		{"fault unknown verb", `kind: GoofyCluster
+spec: {simulation: {apiServer: {errors: [{code: 500, ratio: "1", verbs: [frobnicate]}]}}}`,
+			"spec.simulation.apiServer.errors[0].verbs[0]", "Unsupported value"},
+		{"fault negative latency", `kind: GoofyCluster
+spec: {simulation: {apiServer: {latency: {base: "-1s"}}}}`,
+			"spec.simulation.apiServer.latency.base", "base must be a duration between 0s and 60s"},
+		{"fault latency jitter above one", `kind: GoofyCluster
+spec: {simulation: {etcd: {latency: {base: 10ms, jitter: "3"}}}}`,
+			"spec.simulation.etcd.latency.jitter", "should match"},
+		{"fault unknown etcd alarm", `kind: GoofyCluster
+spec: {simulation: {etcd: {alarm: NOSPAC}}}`,
+			"spec.simulation.etcd.alarm", "Unsupported value"},
+		{"fault until not a time", `kind: GoofyCluster
+spec: {simulation: {unreachable: true, unreachableUntil: tomorrow}}`,
+			"spec.simulation.unreachableUntil", "must be of type date-time"},
+		{"machine template fault until not a time", `kind: GoofyMachineTemplate
+spec: {template: {spec: {simulation: {vmFailed: true, vmFailedUntil: soon}}}}`,
+			"spec.template.spec.simulation.vmFailedUntil", "date-time"},
 		{"cluster template both backends", `kind: GoofyClusterTemplate
 spec: {template: {spec: {backend: {inMemory: {}, azure: {subscriptionID: 00000000-0000-0000-0000-000000000001, resourceGroup: rg, clusterUID: u}}}}}`,
 			"spec.template.spec.backend", "set exactly one of inMemory or azure"},

@@ -27,6 +27,10 @@ type GoofyClusterSpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=100
 	FailureDomains []GoofyFailureDomain `json:"failureDomains,omitempty"`
+
+	// simulation injects faults into the simulated workload cluster (docs/faults.md).
+	// +optional
+	Simulation *ClusterSimulation `json:"simulation,omitempty"`
 }
 
 // GoofyClusterBackend holds exactly one backend; empty means inMemory.

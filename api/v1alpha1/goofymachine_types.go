@@ -29,6 +29,10 @@ type GoofyMachineSpec struct {
 	// GoofyMachineTemplate it is reported in status.capacity for the cluster autoscaler.
 	// +optional
 	Capacity corev1.ResourceList `json:"capacity,omitempty"`
+
+	// simulation injects faults into the simulated machine (docs/faults.md).
+	// +optional
+	Simulation *MachineSimulation `json:"simulation,omitempty"`
 }
 
 // GoofyMachineBackend holds at most one backend.

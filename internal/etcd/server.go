@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -50,6 +51,11 @@ type Server struct {
 	st state
 	// dbSize is per member and not persisted: it only moves with Defragment.
 	dbSize map[uint64]int64
+	// unhealthy are the member names whose calls fail (SetMemberUnhealthy).
+	unhealthy map[string]bool
+
+	// faults are the injected faults (SetFaults), nil when there are none.
+	faults atomic.Pointer[Faults]
 }
 
 // NewServer returns the Server of clusterName, recovering members, leader, raft
@@ -66,6 +72,7 @@ func NewServer(ctx context.Context, c client.Client, clusterName string) (*Serve
 		clusterID:   ClusterIDFor(clusterName),
 		store:       &stateStore{c: c},
 		dbSize:      map[uint64]int64{},
+		unhealthy:   map[string]bool{},
 	}
 	st, err := s.store.load(ctx)
 	if err != nil {
@@ -126,7 +133,7 @@ func (s *Server) RemoveMember(ctx context.Context, podName string) error {
 	if err != nil {
 		return err
 	}
-	return s.update(ctx, func(st *state) (bool, error) {
+	err = s.update(ctx, func(st *state) (bool, error) {
 		m := st.byName(name)
 		if m == nil {
 			return false, nil
@@ -134,6 +141,12 @@ func (s *Server) RemoveMember(ctx context.Context, podName string) error {
 		st.remove(m.ID)
 		return true, nil
 	})
+	if err == nil {
+		s.mu.Lock()
+		delete(s.unhealthy, name)
+		s.mu.Unlock()
+	}
+	return err
 }
 
 // HasMember reports whether the member of pod podName is started.
@@ -202,7 +215,16 @@ type call struct {
 	header *pb.ResponseHeader
 }
 
+// leaderless reports whether the call finds no leader: the calls that need one fail.
+func (c *call) leaderless() bool { return c.st.Leader == 0 }
+
 func (s *Server) begin(ctx context.Context) (*call, error) {
+	f := s.faults.Load()
+	if f != nil {
+		if err := f.Latency.Sleep(ctx); err != nil {
+			return nil, status.FromContextError(err).Err()
+		}
+	}
 	pod, ok := podNameFromContext(ctx)
 	if !ok {
 		return nil, status.Error(codes.Unavailable, "etcd: no member addressed (missing TLS server name)")
@@ -217,7 +239,14 @@ func (s *Server) begin(ctx context.Context) (*call, error) {
 	if m == nil {
 		return nil, status.Errorf(codes.Unavailable, "etcd: member %s of cluster %s is not running", name, s.clusterName)
 	}
-	return &call{st: s.st.clone(), member: *m, header: s.header(&s.st, m.ID)}, nil
+	if s.unhealthy[name] {
+		return nil, errUnhealthy(name)
+	}
+	c := &call{st: s.st.clone(), member: *m, header: s.header(&s.st, m.ID)}
+	if f != nil && f.Alarm != pb.AlarmType_NONE {
+		withAlarm(&c.st, f.Alarm)
+	}
+	return c, nil
 }
 
 func (s *Server) header(st *state, memberID uint64) *pb.ResponseHeader {
@@ -227,6 +256,10 @@ func (s *Server) header(st *state, memberID uint64) *pb.ResponseHeader {
 // mutate runs fn as a write answered by the member of c; errors from fn are etcd
 // errors, a failure to persist is reported as a timed-out request.
 func (s *Server) mutate(ctx context.Context, c *call, fn func(st *state) (bool, error)) (*call, error) {
+	if c.leaderless() {
+		// A proposal needs a leader.
+		return nil, rpctypes.ErrGRPCNoLeader
+	}
 	err := s.update(ctx, fn)
 	if err != nil {
 		if _, ok := status.FromError(err); ok {

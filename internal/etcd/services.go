@@ -21,10 +21,13 @@ type clusterService struct {
 	s *Server
 }
 
-func (c *clusterService) MemberList(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+func (c *clusterService) MemberList(ctx context.Context, req *pb.MemberListRequest) (*pb.MemberListResponse, error) {
 	call, err := c.s.begin(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if req.Linearizable && call.leaderless() {
+		return nil, rpctypes.ErrGRPCNoLeader
 	}
 	return &pb.MemberListResponse{Header: call.header, Members: toPB(call.st.sorted())}, nil
 }
@@ -186,6 +189,10 @@ func (m *maintenanceService) Alarm(ctx context.Context, req *pb.AlarmRequest) (*
 	if err != nil {
 		return nil, err
 	}
+	if call.leaderless() {
+		// Alarm requests, listing included, go through raft.
+		return nil, rpctypes.ErrGRPCNoLeader
+	}
 	alarm := alarmState{MemberID: req.MemberID, Alarm: req.Alarm}
 	var affected []*pb.AlarmMember
 	switch req.Action {
@@ -285,4 +292,25 @@ func (k *kvService) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeR
 		return nil, rpctypes.ErrGRPCNoLeader
 	}
 	return &pb.RangeResponse{Header: call.header}, nil
+}
+
+// Put stores nothing (the simulated etcd has no keys) but fails as etcd does when it cannot
+// write: no leader, or the NOSPACE alarm raised.
+func (k *kvService) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
+	call, err := k.s.begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.Key) == 0 {
+		return nil, rpctypes.ErrGRPCEmptyKey
+	}
+	if call.leaderless() {
+		return nil, rpctypes.ErrGRPCNoLeader
+	}
+	for _, a := range call.st.Alarms {
+		if a.Alarm == pb.AlarmType_NOSPACE {
+			return nil, rpctypes.ErrGRPCNoSpace
+		}
+	}
+	return k.UnimplementedKVServer.Put(ctx, req)
 }

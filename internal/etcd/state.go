@@ -18,6 +18,8 @@ type state struct {
 	Leader  uint64        `json:"leader,string"` // member ID, 0 = no leader
 	Members []memberState `json:"members"`
 	Alarms  []alarmState  `json:"alarms,omitempty"`
+	// Leaderless holds the leaderless fault: no member is elected while it is set.
+	Leaderless bool `json:"leaderless,omitempty"`
 }
 
 type memberState struct {
@@ -117,7 +119,7 @@ func (st *state) remove(id uint64) {
 // electIfLeaderless makes the started voting member with the lowest ID the
 // leader when there is none: deterministic, so every restart agrees.
 func (st *state) electIfLeaderless() {
-	if st.Leader != 0 {
+	if st.Leader != 0 || st.Leaderless {
 		return
 	}
 	for _, m := range st.sorted() {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	genericfilters "k8s.io/apiserver/pkg/endpoints/filters"
@@ -60,7 +61,14 @@ type WorkloadClusterListener struct {
 	// SNI "localhost" (or none), so the tunnel tells which member they mean.
 	forwarded sync.Map
 
-	// Serving state: set while at least one API server is registered.
+	// faults is what the API server's fault filter reads: nil unless a fault of its own is set.
+	faults atomic.Pointer[Faults]
+	// faultsSet are all the faults set (SetFaults), unreachable holds serving off.
+	faultsSet   *Faults
+	unreachable bool
+
+	// Serving state: set while at least one API server is registered and the cluster is not
+	// unreachable.
 	srv         *http.Server
 	grpcSrv     *grpc.Server
 	portForward *portforward.Handler
@@ -170,7 +178,7 @@ func (l *WorkloadClusterListener) addAPIServer(podName string, ca *x509.Certific
 		l.servingCert = cert
 	}
 	l.apiServers[podName] = struct{}{}
-	if l.srv == nil {
+	if l.srv == nil && !l.unreachable {
 		if err := l.startLocked(); err != nil {
 			delete(l.apiServers, podName)
 			return err
@@ -214,6 +222,9 @@ func (l *WorkloadClusterListener) addEtcdMember(podName string, ca *x509.Certifi
 			return fmt.Errorf("starting the etcd of %s: %w", l.name, err)
 		}
 		l.etcd = srv
+		if err := l.applyEtcdFaultsLocked(context.Background()); err != nil {
+			return err
+		}
 	}
 	if needsRenewal(l.etcdCerts[podName], time.Now()) {
 		cert, err := newEtcdServingCert(ca, caKey, podName)
@@ -269,6 +280,10 @@ func (l *WorkloadClusterListener) startLocked() error {
 			return fmt.Errorf("starting the etcd of %s: %w", l.name, err)
 		}
 		l.etcd = srv
+		if err := l.applyEtcdFaultsLocked(context.Background()); err != nil {
+			_ = ln.Close()
+			return err
+		}
 	}
 	l.etcd.Register(l.grpcSrv)
 	api := apiserver.NewHandler(l.cluster, apiserver.Options{PortForward: pf, Logger: l.mux.log.WithName("apiserver")})
@@ -366,7 +381,7 @@ func (l *WorkloadClusterListener) tlsConfigFor(hello *tls.ClientHelloInfo) (*tls
 func (l *WorkloadClusterListener) routes(api http.Handler) http.Handler {
 	// kube-apiserver's order: the request is parsed once (genericfilters.WithRequestInfo), then
 	// authenticated; metrics and the API server read the parsed RequestInfo from the context.
-	authenticated := genericfilters.WithRequestInfo(authenticate(instrument(api)), requestInfoFactory)
+	authenticated := genericfilters.WithRequestInfo(authenticate(instrument(l.withFaults(api))), requestInfoFactory)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
 			member := r.TLS.ServerName

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -322,9 +323,15 @@ func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) err
 		}
 		key := ClusterKey(gc.Namespace, ClusterNameOf(gc))
 		keep = append(keep, key)
-		if _, err := m.initListener(key, port); err != nil {
+		l, err := m.initListener(key, port)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("workload cluster %s: %w", key, err))
 			continue
+		}
+		// Faults hold from the start: an unreachable cluster must not serve while its machines
+		// re-add their API servers, before its GoofyCluster is reconciled.
+		if err := l.SetFaults(context.Background(), ClusterFaults(gc.Spec.Simulation, time.Now()).Faults); err != nil {
+			errs = append(errs, fmt.Errorf("workload cluster %s: %w", key, err))
 		}
 		m.log.Info("Restored workload cluster listener", "cluster", key, "port", port)
 	}
