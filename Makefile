@@ -95,6 +95,17 @@ test: ## Run all tests, envtest included (builds the envtest binaries first if n
 e2e: ## Run the end-to-end suite against real CAPI (builds kube-controller-manager, the CAPI managers and clusterctl first, cached).
 	GOOFY_E2E=1 go test -count=1 -v -timeout 60m ./test/e2e/ ./test/e2e/harness/
 
+# Knobs of `make e2e-upstream`: E2E_FOCUS is a Ginkgo focus regexp over the specs' descriptions
+# (e.g. E2E_FOCUS="QuickStartSpec default" or E2E_FOCUS=ClusterClassChangesSpec); E2E_SKIP skips the matching ones.
+E2E_FOCUS ?=
+E2E_SKIP ?=
+E2E_UPSTREAM_TIMEOUT ?= 120m
+
+.PHONY: e2e-upstream
+e2e-upstream: ## Run CAPI's own e2e specs (sigs.k8s.io/cluster-api/test/e2e) against Goofy on the local plane (test/capi-e2e; E2E_FOCUS, E2E_SKIP).
+	go -C test/capi-e2e test -count=1 -v -timeout $(E2E_UPSTREAM_TIMEOUT) . -args -ginkgo.v -ginkgo.no-color \
+		$(if $(E2E_FOCUS),-ginkgo.focus="$(E2E_FOCUS)") $(if $(E2E_SKIP),-ginkgo.skip="$(E2E_SKIP)")
+
 # Knobs of `make bench` (override on the command line, e.g. make bench N=3 PROVIDERS="goofy capd-inmemory").
 N ?= 100
 CONTROL_PLANE ?= 1
