@@ -1,6 +1,12 @@
-// Package storage is the kind-agnostic, durable half of the workload clusters' state: one bbolt
-// database (the engine etcd itself uses) holding a bucket per workload cluster, with opaque keys
-// and values chosen by the caller and the cluster's last resourceVersion.
+// Package storage is the kind-agnostic layer of the workload clusters' state. Objects holds one
+// cluster's objects in memory: the current version of each, its resourceVersion counter, the
+// bounded history of changes that watches resume from, and the cache of encoded objects. It
+// knows no kind, no validation and no HTTP: the registry above it (package store) decides what
+// is written and hands it a Decoder when a cluster is loaded.
+//
+// DB keeps the objects on disk: one bbolt database (the engine etcd itself uses) holding a
+// bucket per workload cluster, with the objects' keys and encoded values and the cluster's last
+// resourceVersion.
 //
 // Writes from every cluster go through one queue and are committed in groups: whatever was queued
 // while the previous transaction was being written and synced goes into the next one, so a busy

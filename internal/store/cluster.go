@@ -3,8 +3,7 @@ package store
 import (
 	"fmt"
 	"reflect"
-	"sort"
-	"strings"
+	"strconv"
 	"sync"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
@@ -31,9 +29,7 @@ type Cluster struct {
 
 	mu      sync.RWMutex
 	version string
-	rv      uint64                                            // last assigned resourceVersion
-	objects map[schema.GroupResource]map[string]client.Object // per-kind maps, created lazily
-	hist    history
+	objs    *storage.Objects // the objects, their resourceVersions, history and disk copy
 	// deps indexes dependents by owner UID for garbage collection; nil until an object has owners.
 	deps     map[types.UID]map[objRef]struct{}
 	watchers map[*Watcher]struct{} // nil while nobody watches
@@ -41,15 +37,10 @@ type Cluster struct {
 	// old object versions alive; nil while the history is empty (no cost when idle for long).
 	expiry *time.Timer
 	closed bool
-	enc    encodedCache // encodings of recently read objects (see GetEncoded)
 	// podStopDelay: see ClusterOptions.PodStopDelay.
 	podStopDelay time.Duration
-	// bytes is the size of the stored objects (sizeOf), quota its bound (0: none).
-	bytes, quota int64
-	// db keeps the cluster's objects on disk; nil for a memory-only store.
-	db *storage.DB
-	// commit is the last write queued to db: a write method waits for it before answering.
-	commit storage.Commit
+	// quota bounds the size of the stored objects (0: none).
+	quota int64
 }
 
 // objRef locates a stored object.
@@ -73,28 +64,26 @@ func newCluster(name string, opts ClusterOptions, db *storage.DB) (*Cluster, err
 	if ttl <= 0 {
 		ttl = DefaultEventHistoryTTL
 	}
+	maxBytes := opts.EventHistoryBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultEventHistoryBytes
+	}
 	c := &Cluster{
 		name:    name,
 		version: opts.KubernetesVersion,
-		objects: map[schema.GroupResource]map[string]client.Object{},
-		hist:    history{limit: limit, ttl: ttl, maxBytes: opts.EventHistoryBytes},
+		objs:    storage.NewObjects(name, storage.HistoryOptions{Limit: limit, TTL: ttl, MaxBytes: maxBytes}, db),
 		quota:   opts.StorageQuota,
 
 		podStopDelay: opts.PodStopDelay,
-		db:           db,
 	}
 	if c.podStopDelay <= 0 {
 		c.podStopDelay = DefaultPodStopDelay
-	}
-	if c.hist.maxBytes <= 0 {
-		c.hist.maxBytes = DefaultEventHistoryBytes
 	}
 	if c.quota == 0 {
 		c.quota = DefaultStorageQuota
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.rv = initialResourceVersion(0)
 	loaded := false
 	if db != nil {
 		var err error
@@ -102,9 +91,6 @@ func newCluster(name string, opts ClusterOptions, db *storage.DB) (*Cluster, err
 			return nil, err
 		}
 	}
-	// Nothing before this point can be replayed: clients holding older resourceVersions (from an
-	// earlier life of this cluster) get 410 Gone and relist, as after an etcd compaction.
-	c.hist.floor = c.rv
 	if loaded {
 		return c, nil
 	}
@@ -115,7 +101,7 @@ func newCluster(name string, opts ClusterOptions, db *storage.DB) (*Cluster, err
 			return nil, err
 		}
 	}
-	if err := c.commit.Wait(); err != nil {
+	if err := c.objs.LastCommit().Wait(); err != nil {
 		return nil, fmt.Errorf("storing the new workload cluster %s: %w", name, err)
 	}
 	return c, nil
@@ -126,7 +112,7 @@ func (c *Cluster) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
-	c.enc.entries, c.enc.bytes = nil, 0
+	c.objs.Close()
 	if c.expiry != nil {
 		c.expiry.Stop()
 		c.expiry = nil
@@ -151,15 +137,6 @@ func (c *Cluster) SetKubernetesVersion(v string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.version = v
-}
-
-// objectKey is the storage key: "namespace/name" or "name", ordered like the real API server's
-// etcd keys so pagination walks objects in the same order.
-func objectKey(namespace, name string) string {
-	if namespace == "" {
-		return name
-	}
-	return namespace + "/" + name
 }
 
 // lookup resolves a served resource or answers 404 like the API server does for unknown paths.
@@ -206,22 +183,13 @@ func (b *servedResource) typedCopy(obj runtime.Object) (client.Object, error) {
 	return out, nil
 }
 
-func (c *Cluster) kindMap(gr schema.GroupResource) map[string]client.Object {
-	m := c.objects[gr]
-	if m == nil {
-		m = map[string]client.Object{}
-		c.objects[gr] = m
-	}
-	return m
-}
-
 func (c *Cluster) getLocked(gr schema.GroupResource, key string) client.Object {
-	return c.objects[gr][key]
+	return c.objs.Get(gr, key)
 }
 
 func now() metav1.Time { return metav1.NewTime(time.Now().Truncate(time.Second)) }
 
-func formatRV(rv uint64) string { return fmt.Sprintf("%d", rv) }
+func formatRV(rv uint64) string { return strconv.FormatUint(rv, 10) }
 
 // Get returns a deep copy of the named object.
 func (c *Cluster) Get(gvr schema.GroupVersionResource, namespace, name string) (runtime.Object, error) {
@@ -236,7 +204,7 @@ func (c *Cluster) Get(gvr schema.GroupVersionResource, namespace, name string) (
 		return nil, err
 	}
 	c.mu.RLock()
-	obj := c.getLocked(gvr.GroupResource(), objectKey(namespace, name))
+	obj := c.getLocked(gvr.GroupResource(), storage.Key(namespace, name))
 	c.mu.RUnlock()
 	if obj == nil {
 		return nil, apierrors.NewNotFound(gvr.GroupResource(), name)
@@ -244,14 +212,13 @@ func (c *Cluster) Get(gvr schema.GroupVersionResource, namespace, name string) (
 	return obj.DeepCopyObject(), nil
 }
 
-// emit records a change in the history and wakes the watchers of its kind. Callers hold c.mu.
-func (c *Cluster) emit(typ watch.EventType, gr schema.GroupResource, key string, obj, old client.Object, rv uint64, size int) {
-	c.hist.add(&event{typ: typ, rv: rv, at: time.Now().UnixNano(), gr: gr, key: key, obj: obj, old: old, size: size})
+// emitted wakes the watchers of a committed change's kind. Callers hold c.mu.
+func (c *Cluster) emitted(e *storage.Event) {
 	if c.expiry == nil && !c.closed {
 		c.armExpiry()
 	}
 	for w := range c.watchers {
-		if w.gr == gr {
+		if w.gr == e.GR {
 			w.wake()
 		}
 	}
@@ -259,12 +226,12 @@ func (c *Cluster) emit(typ watch.EventType, gr schema.GroupResource, key string,
 
 // armExpiry schedules expireHistory for when the oldest event outlives the history's ttl. Callers hold c.mu.
 func (c *Cluster) armExpiry() {
-	at, ok := c.hist.oldest()
+	at, ok := c.objs.NextExpiry()
 	if !ok {
 		return
 	}
 	// A millisecond of slack makes the oldest event certainly expired when the timer fires.
-	c.expiry = time.AfterFunc(time.Duration(at+int64(c.hist.ttl)-time.Now().UnixNano())+time.Millisecond, c.expireHistory)
+	c.expiry = time.AfterFunc(time.Until(at)+time.Millisecond, c.expireHistory)
 }
 
 func (c *Cluster) expireHistory() {
@@ -274,60 +241,28 @@ func (c *Cluster) expireHistory() {
 	if c.closed {
 		return
 	}
-	c.hist.expire(time.Now().UnixNano())
+	c.objs.ExpireEvents(time.Now().UnixNano())
 	c.armExpiry()
 }
 
 // storeLocked commits obj as the new version of an object (old: the version it replaces, nil for
-// a new object): a fresh resourceVersion, the owner index, the disk, the watch history. The
-// simulated control plane then reacts to the change.
+// a new object): a fresh resourceVersion, the disk and the watch history (storage), the owner
+// index, the watchers. The simulated control plane then reacts to the change.
 func (c *Cluster) storeLocked(gr schema.GroupResource, obj, old client.Object) {
-	c.rv++
-	obj.SetResourceVersion(formatRV(c.rv))
-	key := objectKey(obj.GetNamespace(), obj.GetName())
-	c.kindMap(gr)[key] = obj
-	c.enc.drop(objRef{gr: gr, key: key})
+	e := c.objs.Put(gr, obj, old)
 	if old != nil {
-		c.unindexOwners(gr, key, old)
+		c.unindexOwners(gr, e.Key, old)
 	}
-	c.indexOwners(gr, key, obj)
-	c.persistPutLocked(gr, key, obj)
-	size := sizeOf(obj)
-	c.bytes += int64(size)
-	typ := watch.Added
-	if old != nil {
-		typ = watch.Modified
-		c.bytes -= int64(sizeOf(old))
-	}
-	c.emit(typ, gr, key, obj, old, c.rv, size)
+	c.indexOwners(gr, e.Key, obj)
+	c.emitted(e)
 	c.reactLocked(gr, old, obj)
 }
 
 // eraseLocked commits the removal of old (last is a private copy of its final state, which the
 // watch event carries). The simulated control plane then reacts to it.
 func (c *Cluster) eraseLocked(gr schema.GroupResource, old, last client.Object) {
-	c.rv++
-	last.SetResourceVersion(formatRV(c.rv))
-	key := objectKey(old.GetNamespace(), old.GetName())
-	delete(c.objects[gr], key)
-	c.enc.drop(objRef{gr: gr, key: key})
-	c.unindexOwners(gr, key, old)
-	c.persistDeleteLocked(gr, key)
-	size := sizeOf(old)
-	c.bytes -= int64(size)
-	c.emit(watch.Deleted, gr, key, last, old, c.rv, size)
+	e := c.objs.Delete(gr, old, last)
+	c.unindexOwners(gr, e.Key, old)
+	c.emitted(e)
 	c.reactLocked(gr, old, nil)
-}
-
-// namespacedKeys returns the sorted keys of the kind's objects, limited to a namespace if given.
-func namespacedKeys(m map[string]client.Object, namespace string) []string {
-	keys := make([]string, 0, len(m))
-	prefix := namespace + "/"
-	for k := range m {
-		if namespace == "" || strings.HasPrefix(k, prefix) {
-			keys = append(keys, k)
-		}
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -25,7 +25,7 @@ func (c *Cluster) allocateClusterIP(s *corev1.Service) {
 		return
 	}
 	used := map[string]bool{}
-	for _, o := range c.objects[servicesGR] {
+	for _, o := range c.objs.Resource(servicesGR) {
 		used[o.(*corev1.Service).Spec.ClusterIP] = true
 	}
 	for i := 2; i < serviceCIDRSize-1; i++ {

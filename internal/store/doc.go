@@ -1,8 +1,9 @@
 // Package store is the in-memory object store behind every simulated workload cluster's API
 // server.
 //
-// A Manager holds one Cluster per workload cluster. A Cluster keeps typed objects (from the
-// shared Scheme) in per-kind maps, and its generic verbs (write.go, patch.go, list.go, watch.go)
+// A Manager holds one Cluster per workload cluster. A Cluster keeps its typed objects (from the
+// shared Scheme) in package storage's kind-agnostic Objects, under the Cluster's one lock, and
+// its generic verbs (write.go, patch.go, list.go, watch.go)
 // run each kind's strategy from package kinds through k8s.io/apiserver's rest.BeforeCreate,
 // rest.BeforeUpdate and rest.BeforeDelete, as kube-apiserver's generic registry does. Together
 // they apply the rules of the real API server's registry:
@@ -17,8 +18,8 @@
 //     are process-wide and built once.
 //   - Stored objects are immutable: each write stores a new object. Readers copy outside the
 //     lock, and the event history shares the stored objects instead of copying them.
-//   - Each cluster has one bounded event history (a lazily grown ring, also aged out after
-//     historyTTL). It serves watch resume, watch delivery and consistent paginated snapshots
+//   - Each cluster has one bounded event history in package storage (a lazily grown ring, also
+//     aged out after the history's TTL by a timer the Cluster arms only while events exist). It serves watch resume, watch delivery and consistent paginated snapshots
 //     (a past state is rebuilt by undoing newer events).
 //   - Watchers read the history at their own pace; writers only append and wake them, so a slow
 //     watcher never blocks anyone. A watcher whose next event has left the history is ended,

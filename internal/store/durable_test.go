@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
@@ -220,23 +219,4 @@ func TestTerminatingPodIsConfirmedAfterRestart(t *testing.T) {
 	c, err = m.AddCluster("ns/a", ClusterOptions{PodStopDelay: 10 * time.Millisecond})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(func() bool { return exists(c, p) }, safetyTimeout).Should(BeFalse())
-}
-
-func TestStorageKeyRoundTrip(t *testing.T) {
-	g := NewWithT(t)
-	for _, tc := range []struct {
-		gr  schema.GroupResource
-		key string
-	}{
-		{schema.GroupResource{Resource: "configmaps"}, "default/x"},
-		{schema.GroupResource{Group: "apps", Resource: "deployments"}, "kube-system/coredns"},
-		{schema.GroupResource{Resource: "nodes"}, "n1"},
-	} {
-		gr, key, ok := parseStorageKey(storageKey(tc.gr, tc.key))
-		g.Expect(ok).To(BeTrue())
-		g.Expect(gr).To(Equal(tc.gr))
-		g.Expect(key).To(Equal(tc.key))
-	}
-	_, _, ok := parseStorageKey("nodes")
-	g.Expect(ok).To(BeFalse())
 }

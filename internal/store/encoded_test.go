@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
 
 // countingJSON encodes with encoding/json and counts the calls, to tell cache hits from misses.
@@ -57,15 +59,16 @@ func TestGetEncodedCachesUntilTheObjectChanges(t *testing.T) {
 	_, err = c.GetEncoded(configMapsGVR, "default", "cm", "json", enc.encode)
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "got %v", err)
 	c.mu.RLock()
-	g.Expect(c.enc.entries).To(BeNil())
-	g.Expect(c.enc.bytes).To(BeZero())
+	objects, bytes := c.objs.CachedEncodings()
 	c.mu.RUnlock()
+	g.Expect(objects).To(BeZero())
+	g.Expect(bytes).To(BeZero())
 }
 
 func TestGetEncodedStaysBounded(t *testing.T) {
 	g := NewWithT(t)
 	c := newTestCluster(t)
-	big := strings.Repeat("x", maxEncodedEntryBytes/2)
+	big := strings.Repeat("x", storage.MaxEncodedEntryBytes/2)
 	for i := range 20 {
 		mustCreate(t, c, configMap("default", fmt.Sprintf("cm-%d", i), map[string]string{"k": big}))
 	}
@@ -75,24 +78,18 @@ func TestGetEncodedStaysBounded(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 	}
 	c.mu.RLock()
-	g.Expect(c.enc.bytes).To(BeNumerically("<=", MaxEncodedCacheBytes))
-	g.Expect(c.enc.bytes).To(BeNumerically(">", MaxEncodedCacheBytes/2), "the cache is used up to its bound")
-	sum := 0
-	for _, ent := range c.enc.entries {
-		for _, f := range ent.formats {
-			sum += len(f.data)
-		}
-	}
-	g.Expect(sum).To(Equal(c.enc.bytes), "the byte count matches the entries")
+	_, bytes := c.objs.CachedEncodings()
 	c.mu.RUnlock()
+	g.Expect(bytes).To(BeNumerically("<=", storage.MaxEncodedCacheBytes))
+	g.Expect(bytes).To(BeNumerically(">", storage.MaxEncodedCacheBytes/2), "the cache is used up to its bound")
 
 	// An encoding larger than an entry may be is returned but not kept.
-	huge := strings.Repeat("y", maxEncodedEntryBytes)
+	huge := strings.Repeat("y", storage.MaxEncodedEntryBytes)
 	mustCreate(t, c, configMap("default", "huge", map[string]string{"k": huge}))
 	for range 2 {
 		data, err := c.GetEncoded(configMapsGVR, "default", "huge", "json", enc.encode)
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(len(data)).To(BeNumerically(">", maxEncodedEntryBytes))
+		g.Expect(len(data)).To(BeNumerically(">", storage.MaxEncodedEntryBytes))
 	}
 	calls := enc.calls
 	_, _ = c.GetEncoded(configMapsGVR, "default", "huge", "json", enc.encode)

@@ -5,6 +5,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
 
 // The garbage collector's part: owner references, propagation policies (background, foreground,
@@ -52,7 +54,7 @@ func (c *Cluster) ownerOf(namespace string, ref metav1.OwnerReference) (*servedR
 	if !info.Namespaced {
 		ns = ""
 	}
-	obj := c.getLocked(info.GVR.GroupResource(), objectKey(ns, ref.Name))
+	obj := c.getLocked(info.GVR.GroupResource(), storage.Key(ns, ref.Name))
 	if obj == nil || obj.GetUID() != ref.UID {
 		return nil, nil
 	}
@@ -143,7 +145,7 @@ func (c *Cluster) afterOwnersChanged(namespace string, before, after []metav1.Ow
 // finishForeground completes a foreground deletion once no dependent blocks it.
 func (c *Cluster) finishForeground(b *servedResource, namespace, name string) {
 	gr := b.info.GVR.GroupResource()
-	owner := c.getLocked(gr, objectKey(namespace, name))
+	owner := c.getLocked(gr, storage.Key(namespace, name))
 	if owner == nil || owner.GetDeletionTimestamp() == nil || !hasFinalizer(owner, metav1.FinalizerDeleteDependents) {
 		return
 	}

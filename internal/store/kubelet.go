@@ -6,6 +6,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
 
 // The kubelet's part of pod deletion: it confirms that a gracefully deleted pod's containers have
@@ -31,7 +33,7 @@ func (c *Cluster) kubeletSawPod(old, pod client.Object) {
 // delay or its grace period, whichever is shorter.
 func (c *Cluster) scheduleKubeletStop(pod client.Object, period int64) {
 	delay := min(c.podStopDelay, time.Duration(period)*time.Second)
-	key, uid := objectKey(pod.GetNamespace(), pod.GetName()), pod.GetUID()
+	key, uid := storage.Key(pod.GetNamespace(), pod.GetName()), pod.GetUID()
 	time.AfterFunc(delay, func() { c.kubeletStopped(key, uid) })
 }
 

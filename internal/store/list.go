@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
 
 // selection is a validated label and field selector.
@@ -132,27 +134,27 @@ func decodeContinue(s string) (continueToken, error) {
 // snapshotLocked returns the sorted keys and objects of a kind in a namespace as they were at rv
 // (0: now), rebuilt by undoing newer events from the history. Callers hold c.mu.
 func (c *Cluster) snapshotLocked(gr schema.GroupResource, namespace string, rv uint64) ([]string, map[string]client.Object, error) {
-	cur := c.objects[gr]
-	if rv == 0 || rv == c.rv {
-		return namespacedKeys(cur, namespace), cur, nil
+	cur := c.objs.Resource(gr)
+	if rv == 0 || rv == c.objs.ResourceVersion() {
+		return storage.Keys(cur, namespace), cur, nil
 	}
-	evs, ok := c.hist.since(gr, rv, 0)
+	evs, ok := c.objs.Since(gr, rv, 0)
 	if !ok {
 		return nil, nil, errExpired
 	}
 	m := make(map[string]client.Object, len(cur))
-	for _, k := range namespacedKeys(cur, namespace) {
+	for _, k := range storage.Keys(cur, namespace) {
 		m[k] = cur[k]
 	}
 	for i := len(evs) - 1; i >= 0; i-- {
 		e := evs[i]
-		if e.gr != gr || (namespace != "" && e.obj.GetNamespace() != namespace) {
+		if e.GR != gr || (namespace != "" && e.Obj.GetNamespace() != namespace) {
 			continue
 		}
-		if e.typ == watch.Added {
-			delete(m, e.key)
+		if e.Type == watch.Added {
+			delete(m, e.Key)
 		} else {
-			m[e.key] = e.old
+			m[e.Key] = e.Old
 		}
 	}
 	keys := make([]string, 0, len(m))
@@ -205,7 +207,7 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 		exact := opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact ||
 			(opts.ResourceVersionMatch == "" && opts.Limit > 0) // legacy paginated lists are exact
 		c.mu.RLock()
-		cur := c.rv
+		cur := c.objs.ResourceVersion()
 		c.mu.RUnlock()
 		if rv > cur {
 			return nil, tooLargeRV(rv, cur, 1)
@@ -216,7 +218,7 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 	}
 
 	c.mu.RLock()
-	snapRV := c.rv
+	snapRV := c.objs.ResourceVersion()
 	if at > snapRV { // a continue token from no list of this cluster
 		c.mu.RUnlock()
 		return nil, tooLargeRV(at, snapRV, 0)
@@ -239,7 +241,7 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 			page[j] = objs[k]
 		}
 	}
-	oldest := c.hist.oldestCovered(gvr.GroupResource())
+	oldest := c.objs.OldestCovered(gvr.GroupResource())
 	c.mu.RUnlock()
 	if err != nil {
 		if opts.Continue != "" {
@@ -258,7 +260,7 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 		if opts.Limit > 0 && int64(len(out)) == opts.Limit {
 			// More matches exist: hand out a cursor into the same snapshot after the last key returned.
 			last := out[len(out)-1]
-			cont = encodeContinue(snapRV, objectKey(last.GetNamespace(), last.GetName()))
+			cont = encodeContinue(snapRV, storage.Key(last.GetNamespace(), last.GetName()))
 			if sel.everything() {
 				n := int64(len(page) - j)
 				remaining = &n

@@ -38,6 +38,10 @@ const DefaultPodStopDelay = time.Second
 // DefaultEventHistory is the per-cluster number of retained events when ClusterOptions leaves it 0.
 const DefaultEventHistory = 4096
 
+// DefaultEventHistoryTTL bounds how long events are kept when ClusterOptions leaves it 0 (the
+// real API server compacts etcd every 5 minutes), so no cluster pins old object versions for long.
+const DefaultEventHistoryTTL = 5 * time.Minute
+
 // DefaultEventHistoryBytes is the per-cluster size of retained events when ClusterOptions leaves
 // it 0: 4096 events of a typical 1-2 KiB object fit, a few versions of a multi-MiB CRD do too.
 const DefaultEventHistoryBytes = 8 << 20

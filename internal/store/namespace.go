@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
 
 // The namespace controller's part, and NamespaceLifecycle admission: a terminating namespace
@@ -42,12 +44,12 @@ func (c *Cluster) checkNamespaceOpen(namespace string) error {
 func (c *Cluster) deleteNamespaceLocked(b *servedResource, cur client.Object) client.Object {
 	next := terminating(cur)
 	c.storeLocked(b.info.GVR.GroupResource(), next, cur)
-	for gr, m := range c.objects {
+	for gr, m := range c.objs.All() {
 		db, ok := behaviorForGR(gr)
 		if !ok || !db.info.Namespaced {
 			continue
 		}
-		for _, key := range namespacedKeys(m, next.Name) {
+		for _, key := range storage.Keys(m, next.Name) {
 			if obj := c.getLocked(gr, key); obj != nil {
 				c.controllerDeleteLocked(db, obj, metav1.DeletePropagationBackground, nil)
 			}
@@ -77,7 +79,7 @@ func (c *Cluster) finishNamespace(name string) {
 		return
 	}
 	prefix := name + "/"
-	for _, m := range c.objects {
+	for _, m := range c.objs.All() {
 		for key := range m {
 			if strings.HasPrefix(key, prefix) {
 				return

@@ -16,7 +16,7 @@ func (c *Cluster) collectPodsOfNode(node string) {
 		return
 	}
 	zero := int64(0)
-	for _, obj := range c.objects[podsGR] {
+	for _, obj := range c.objs.Resource(podsGR) {
 		if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName == node {
 			c.controllerDeleteLocked(b, pod, metav1.DeletePropagationBackground, &zero)
 		}

@@ -6,6 +6,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
 
 // DefaultStorageQuota bounds what one workload cluster may store when ClusterOptions leaves it
@@ -13,15 +15,6 @@ import (
 // and small enough that one runaway client cannot fill the process that serves every cluster.
 // etcd's own default quota is 2 GiB for a whole real cluster.
 const DefaultStorageQuota = 64 << 20
-
-// sizeOf is an object's size in its protobuf encoding, what etcd would store; every built-in kind
-// computes it without allocating. Anything else counts as 1 KiB.
-func sizeOf(obj client.Object) int {
-	if s, ok := obj.(interface{ Size() int }); ok {
-		return s.Size()
-	}
-	return 1 << 10
-}
 
 // errQuotaExceeded is what kube-apiserver answers when etcd's space quota is exhausted: etcd's
 // error passed through unconverted, a 500 with an empty reason.
@@ -33,15 +26,15 @@ func errQuotaExceeded() error {
 	}}
 }
 
-// admitLocked refuses a write once the cluster's objects take up its quota, as etcd raises its
+// admitLocked refuses a write once the cluster's objects (their storage.SizeOf) take up its quota, as etcd raises its
 // NOSPACE alarm: until deletes bring it under the quota again, only writes that do not grow an
 // object pass (unlike etcd, which then also needs a defragmentation and a disarm: removing a
 // finalizer still works here). Callers hold c.mu.
 func (c *Cluster) admitLocked(next, cur client.Object) error {
-	if c.quota <= 0 || c.bytes < c.quota {
+	if c.quota <= 0 || c.objs.Bytes() < c.quota {
 		return nil
 	}
-	if cur != nil && sizeOf(next) <= sizeOf(cur) {
+	if cur != nil && storage.SizeOf(next) <= storage.SizeOf(cur) {
 		return nil
 	}
 	return errQuotaExceeded()
@@ -51,5 +44,5 @@ func (c *Cluster) admitLocked(next, cur client.Object) error {
 func (c *Cluster) StoredBytes() int64 {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	return c.bytes
+	return c.objs.Bytes()
 }

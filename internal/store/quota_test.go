@@ -101,7 +101,7 @@ func TestWatchHistoryIsBoundedInBytes(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 	}
 	c.mu.RLock()
-	retained, bytes := c.hist.n, c.hist.bytes
+	retained, bytes, _ := c.objs.RetainedEvents()
 	c.mu.RUnlock()
 	g.Expect(bytes).To(BeNumerically("<=", 1<<20))
 	g.Expect(retained).To(BeNumerically("<", 5))

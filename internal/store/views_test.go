@@ -2,8 +2,8 @@ package store
 
 import (
 	"testing"
+	"time"
 
-	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 	. "github.com/onsi/gomega"
 	bolt "go.etcd.io/bbolt"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
 
 var (
@@ -116,13 +118,19 @@ func TestLoadMovesViewObjectsToTheirStoredResource(t *testing.T) {
 	old := &eventsv1.Event{TypeMeta: metav1.TypeMeta{APIVersion: "events.k8s.io/v1", Kind: "Event"},
 		ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: "default", UID: "u-e", ResourceVersion: "5"},
 		Regarding:  regardingNodeN1, Reason: "R", Note: "kept apart once", Type: "Normal"}
-	oldKey := storageKey(eventsV1GVR.GroupResource(), "default/e")
-	encoded, err := encodeStored(old)()
+	// Written as that version did, through the storage layer: the key names the view's resource.
+	oldKey := "events.k8s.io/events/default/e"
+	db, err := storage.Open(dir)
 	g.Expect(err).NotTo(HaveOccurred())
+	objs := storage.NewObjects("ns/c", storage.HistoryOptions{Limit: 1, TTL: time.Minute, MaxBytes: 1 << 20}, db)
+	objs.Put(eventsV1GVR.GroupResource(), old, nil)
+	g.Expect(objs.LastCommit().Wait()).To(Succeed())
+	g.Expect(db.Close()).To(Succeed())
 	raw, err := bolt.Open(dir+"/"+storage.FileName, 0o600, nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(raw.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte("ns/c")).Put([]byte(oldKey), encoded)
+	g.Expect(raw.View(func(tx *bolt.Tx) error {
+		g.Expect(tx.Bucket([]byte("ns/c")).Get([]byte(oldKey))).NotTo(BeNil(), "stored under the view's key")
+		return nil
 	})).To(Succeed())
 	g.Expect(raw.Close()).To(Succeed())
 

@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
 
 // bookmarkInterval is how often a watch that allows bookmarks gets one (upstream: about a minute).
@@ -39,7 +41,7 @@ type Watcher struct {
 	initial []client.Object // objects to send as synthetic ADDED events first
 	// initialEnd: send the "k8s.io/initial-events-end" bookmark after the initial events.
 	initialEnd bool
-	pending    []*event // history events read but not yet handled
+	pending    []*storage.Event // history events read but not yet handled
 
 	timer       *time.Timer  // nil: no timeoutSeconds
 	ticker      *time.Ticker // nil: no bookmarks
@@ -138,24 +140,24 @@ func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts 
 	withInitial := false
 	switch {
 	case opts.SendInitialEvents != nil && *opts.SendInitialEvents:
-		if rv > c.rv {
-			return nil, tooLargeRV(rv, c.rv, 1)
+		if rv > c.objs.ResourceVersion() {
+			return nil, tooLargeRV(rv, c.objs.ResourceVersion(), 1)
 		}
 		withInitial, w.initialEnd = true, opts.AllowWatchBookmarks
 	case opts.SendInitialEvents == nil && rv == 0:
 		withInitial = true // legacy: "" and "0" start with the current state
 	}
 	if withInitial || rv == 0 {
-		w.cursor = c.rv
+		w.cursor = c.objs.ResourceVersion()
 	} else {
-		if !c.hist.covers(w.gr, rv) {
-			return nil, tooOldRV(rv, c.hist.oldestCovered(w.gr))
+		if !c.objs.Covers(w.gr, rv) {
+			return nil, tooOldRV(rv, c.objs.OldestCovered(w.gr))
 		}
 		w.cursor = rv
 	}
 	if withInitial {
-		m := c.objects[w.gr]
-		for _, k := range namespacedKeys(m, namespace) {
+		m := c.objs.Resource(w.gr)
+		for _, k := range storage.Keys(m, namespace) {
 			w.initial = append(w.initial, m[k])
 		}
 	}
@@ -248,8 +250,8 @@ func (w *Watcher) next(cancel <-chan struct{}) (watch.Event, bool) {
 		for len(w.pending) > 0 {
 			e := w.pending[0]
 			w.pending[0], w.pending = nil, w.pending[1:]
-			w.cursor = e.rv
-			if e.gr == w.gr {
+			w.cursor = e.RV
+			if e.GR == w.gr {
 				if ev, ok := w.convert(e); ok {
 					return ev, true
 				}
@@ -258,7 +260,7 @@ func (w *Watcher) next(cancel <-chan struct{}) (watch.Event, bool) {
 		w.pending = nil
 		w.c.mu.RLock()
 		closed := w.c.closed
-		evs, ok := w.c.hist.since(w.gr, w.cursor, watchBatch)
+		evs, ok := w.c.objs.Since(w.gr, w.cursor, watchBatch)
 		w.c.mu.RUnlock()
 		if closed || !ok {
 			return watch.Event{}, false // cluster gone, or this watcher fell behind the history
@@ -293,26 +295,26 @@ func (w *Watcher) next(cancel <-chan struct{}) (watch.Event, bool) {
 // convert turns a history event into what this watcher's client sees. An object that stops
 // matching the selectors is reported DELETED, one that starts matching ADDED, as the real
 // watch cache does.
-func (w *Watcher) convert(e *event) (watch.Event, bool) {
-	if w.ns != "" && e.obj.GetNamespace() != w.ns {
+func (w *Watcher) convert(e *storage.Event) (watch.Event, bool) {
+	if w.ns != "" && e.Obj.GetNamespace() != w.ns {
 		return watch.Event{}, false
 	}
-	switch e.typ {
+	switch e.Type {
 	case watch.Added, watch.Deleted:
-		if w.sel.matches(w.b, e.obj) {
-			return watch.Event{Type: e.typ, Object: e.obj.DeepCopyObject()}, true
+		if w.sel.matches(w.b, e.Obj) {
+			return watch.Event{Type: e.Type, Object: e.Obj.DeepCopyObject()}, true
 		}
 	case watch.Modified:
-		now, before := w.sel.matches(w.b, e.obj), w.sel.matches(w.b, e.old)
+		now, before := w.sel.matches(w.b, e.Obj), w.sel.matches(w.b, e.Old)
 		switch {
 		case now && before:
-			return watch.Event{Type: watch.Modified, Object: e.obj.DeepCopyObject()}, true
+			return watch.Event{Type: watch.Modified, Object: e.Obj.DeepCopyObject()}, true
 		case now:
-			return watch.Event{Type: watch.Added, Object: e.obj.DeepCopyObject()}, true
+			return watch.Event{Type: watch.Added, Object: e.Obj.DeepCopyObject()}, true
 		case before:
 			// The previous state, stamped with the RV of the change that made it leave.
-			old := e.old.DeepCopyObject().(client.Object)
-			old.SetResourceVersion(formatRV(e.rv))
+			old := e.Old.DeepCopyObject().(client.Object)
+			old.SetResourceVersion(formatRV(e.RV))
 			return watch.Event{Type: watch.Deleted, Object: old}, true
 		}
 	}

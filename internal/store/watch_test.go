@@ -293,12 +293,14 @@ func TestIdleClusterReleasesItsHistory(t *testing.T) {
 	g.Eventually(func() bool {
 		c.mu.RLock()
 		defer c.mu.RUnlock()
-		return c.hist.n == 0 && c.hist.buf == nil && c.expiry == nil
+		n, _, capacity := c.objs.RetainedEvents()
+		return n == 0 && capacity == 0 && c.expiry == nil
 	}, safetyTimeout, 5*time.Millisecond).Should(BeTrue())
 	g.Expect(exists(c, configMap("default", "a", nil))).To(BeTrue(), "objects stay")
 	// The next write records history again.
 	mustCreate(t, c, configMap("default", "b", nil))
 	c.mu.RLock()
-	g.Expect(c.hist.n).To(Equal(1))
+	n, _, _ := c.objs.RetainedEvents()
 	c.mu.RUnlock()
+	g.Expect(n).To(Equal(1))
 }

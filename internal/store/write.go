@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
 
 // maxGenerateNameAttempts bounds retries when a generated name collides, as upstream retries.
@@ -151,7 +153,7 @@ func (c *Cluster) commitCreateLocked(b *servedResource, obj client.Object, gener
 			return nil, err
 		}
 	}
-	for i := 0; c.getLocked(gr, objectKey(obj.GetNamespace(), obj.GetName())) != nil; i++ {
+	for i := 0; c.getLocked(gr, storage.Key(obj.GetNamespace(), obj.GetName())) != nil; i++ {
 		if !generated || i == maxGenerateNameAttempts {
 			return nil, apierrors.NewAlreadyExists(gr, obj.GetName())
 		}
@@ -228,7 +230,7 @@ const maxWriteRetries = 5
 // it returns runs under the lock only if the object is still the one prepare saw, else prepare
 // runs again. Readers and other writers of the cluster never wait for a large object's merge.
 func (c *Cluster) writeOptimistically(gr schema.GroupResource, namespace, name string, skipSyncWait bool, prepare func(cur client.Object) (func() (client.Object, error), error)) (_ runtime.Object, err error) {
-	key := objectKey(namespace, name)
+	key := storage.Key(namespace, name)
 	for range maxWriteRetries + 1 {
 		c.mu.RLock()
 		cur := c.getLocked(gr, key)
@@ -344,7 +346,7 @@ func (c *Cluster) Delete(gvr schema.GroupVersionResource, namespace, name string
 	}
 	c.mu.Lock()
 	defer c.unlockDurable(&err, opts.SkipSyncWait)
-	cur := c.getLocked(gvr.GroupResource(), objectKey(namespace, name))
+	cur := c.getLocked(gvr.GroupResource(), storage.Key(namespace, name))
 	if cur == nil {
 		return nil, apierrors.NewNotFound(gvr.GroupResource(), name)
 	}
@@ -473,7 +475,7 @@ func (c *Cluster) deleteForegroundLocked(b *servedResource, cur client.Object) c
 		}
 	}
 	c.finishForeground(b, next.GetNamespace(), next.GetName())
-	if out := c.getLocked(gr, objectKey(next.GetNamespace(), next.GetName())); out != nil {
+	if out := c.getLocked(gr, storage.Key(next.GetNamespace(), next.GetName())); out != nil {
 		return out
 	}
 	return next
@@ -511,9 +513,9 @@ func (c *Cluster) DeleteCollection(gvr schema.GroupVersionResource, namespace st
 	}
 	c.mu.Lock()
 	defer c.unlockDurable(&err, opts.SkipSyncWait)
-	m := c.objects[gvr.GroupResource()]
+	m := c.objs.Resource(gvr.GroupResource())
 	var out []client.Object
-	for _, key := range namespacedKeys(m, namespace) {
+	for _, key := range storage.Keys(m, namespace) {
 		cur := m[key]
 		if cur == nil || !sel.matches(b, cur) {
 			continue
@@ -527,5 +529,5 @@ func (c *Cluster) DeleteCollection(gvr schema.GroupVersionResource, namespace st
 		}
 		out = append(out, res)
 	}
-	return b.buildList(out, formatRV(c.rv), "", nil, true), nil
+	return b.buildList(out, formatRV(c.objs.ResourceVersion()), "", nil, true), nil
 }

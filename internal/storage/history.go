@@ -1,4 +1,4 @@
-package store
+package storage
 
 import (
 	"sort"
@@ -9,30 +9,26 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// DefaultEventHistoryTTL bounds how long events are kept when ClusterOptions leaves it 0 (the
-// real API server compacts etcd every 5 minutes), so no cluster pins old object versions for long.
-const DefaultEventHistoryTTL = 5 * time.Minute
-
-// event is one change of one object. Events and the objects they point at are immutable once
-// recorded, so watchers and snapshot readers use them without holding the cluster lock.
-type event struct {
-	typ watch.EventType // Added, Modified or Deleted
-	rv  uint64
-	at  int64 // unix nanoseconds when recorded
-	gr  schema.GroupResource
-	key string
-	obj client.Object // state after the change; for Deleted the last state stamped with the deletion RV
-	old client.Object // state before the change; nil for Added
-	// size is what retaining the event keeps alive: obj's size (old's for Deleted, whose obj
-	// differs from old only in its resourceVersion).
-	size int
+// Event is one change of one object. Events and the objects they point at are immutable once
+// recorded, so watchers and snapshot readers use them without holding the owner's lock.
+type Event struct {
+	Type watch.EventType // Added, Modified or Deleted
+	RV   uint64
+	At   int64 // unix nanoseconds when recorded
+	GR   schema.GroupResource
+	Key  string
+	Obj  client.Object // state after the change; for Deleted the last state stamped with the deletion RV
+	Old  client.Object // state before the change; nil for Added
+	// Size is what retaining the event keeps alive: Obj's size (Old's for Deleted, whose Obj
+	// differs from Old only in its resourceVersion).
+	Size int
 }
 
 // history is the cluster's bounded event log: a ring that grows lazily up to limit entries and
 // drops events older than ttl, so an idle cluster only pays for the few events it has
 // seen. It serves watch resume, watch delivery and paginated snapshots.
 type history struct {
-	buf   []*event
+	buf   []*Event
 	head  int // index of the oldest event
 	n     int // number of retained events
 	limit int
@@ -48,10 +44,10 @@ type history struct {
 }
 
 // at returns the i-th oldest retained event.
-func (h *history) at(i int) *event { return h.buf[(h.head+i)%len(h.buf)] }
+func (h *history) at(i int) *Event { return h.buf[(h.head+i)%len(h.buf)] }
 
-func (h *history) add(e *event) {
-	h.expire(e.at)
+func (h *history) add(e *Event) {
+	h.expire(e.At)
 	if h.n == len(h.buf) {
 		if len(h.buf) < h.limit {
 			h.grow()
@@ -61,7 +57,7 @@ func (h *history) add(e *event) {
 	}
 	h.buf[(h.head+h.n)%len(h.buf)] = e
 	h.n++
-	h.bytes += e.size
+	h.bytes += e.Size
 	for h.bytes > h.maxBytes && h.n > 1 {
 		h.dropOldest()
 	}
@@ -70,13 +66,13 @@ func (h *history) add(e *event) {
 // expire drops events older than the ttl at time now (unix nanoseconds) and gives back the
 // ring's memory once it is mostly empty.
 func (h *history) expire(now int64) {
-	for h.n > 0 && now-h.at(0).at > int64(h.ttl) {
+	for h.n > 0 && now-h.at(0).At > int64(h.ttl) {
 		h.dropOldest()
 	}
 	if h.n == 0 {
 		h.buf, h.head = nil, 0
 	} else if h.n < len(h.buf)/4 {
-		buf := make([]*event, 2*h.n)
+		buf := make([]*Event, 2*h.n)
 		for i := 0; i < h.n; i++ {
 			buf[i] = h.at(i)
 		}
@@ -89,7 +85,7 @@ func (h *history) oldest() (int64, bool) {
 	if h.n == 0 {
 		return 0, false
 	}
-	return h.at(0).at, true
+	return h.at(0).At, true
 }
 
 func (h *history) grow() {
@@ -100,7 +96,7 @@ func (h *history) grow() {
 	if size > h.limit {
 		size = h.limit
 	}
-	buf := make([]*event, size)
+	buf := make([]*Event, size)
 	for i := 0; i < h.n; i++ {
 		buf[i] = h.at(i)
 	}
@@ -112,8 +108,8 @@ func (h *history) dropOldest() {
 	if h.evicted == nil {
 		h.evicted = map[schema.GroupResource]uint64{}
 	}
-	h.evicted[e.gr] = e.rv
-	h.bytes -= e.size
+	h.evicted[e.GR] = e.RV
+	h.bytes -= e.Size
 	h.buf[h.head] = nil // let the old object versions go
 	h.head = (h.head + 1) % len(h.buf)
 	h.n--
@@ -129,11 +125,11 @@ func (h *history) oldestCovered(gr schema.GroupResource) uint64 { return max(h.f
 
 // since returns up to max retained events (of all kinds) with RV > rv (max <= 0: all), and false
 // when a change of kind gr after rv was already dropped.
-func (h *history) since(gr schema.GroupResource, rv uint64, max int) ([]*event, bool) {
+func (h *history) since(gr schema.GroupResource, rv uint64, max int) ([]*Event, bool) {
 	if !h.covers(gr, rv) {
 		return nil, false
 	}
-	i := sort.Search(h.n, func(i int) bool { return h.at(i).rv > rv })
+	i := sort.Search(h.n, func(i int) bool { return h.at(i).RV > rv })
 	count := h.n - i
 	if max > 0 && count > max {
 		count = max
@@ -141,9 +137,44 @@ func (h *history) since(gr schema.GroupResource, rv uint64, max int) ([]*event, 
 	if count == 0 {
 		return nil, true
 	}
-	out := make([]*event, count)
+	out := make([]*Event, count)
 	for j := range out {
 		out[j] = h.at(i + j)
 	}
 	return out, true
+}
+
+// Since returns up to max retained events (of all resources) with resourceVersions after rv
+// (max <= 0: all), and false when a change of gr after rv is no longer retained.
+func (o *Objects) Since(gr schema.GroupResource, rv uint64, max int) ([]*Event, bool) {
+	return o.hist.since(gr, rv, max)
+}
+
+// Covers reports whether every change of gr after rv is still retained.
+func (o *Objects) Covers(gr schema.GroupResource, rv uint64) bool { return o.hist.covers(gr, rv) }
+
+// OldestCovered is the oldest resourceVersion of gr whose later changes are all retained.
+func (o *Objects) OldestCovered(gr schema.GroupResource) uint64 { return o.hist.oldestCovered(gr) }
+
+// ExpireEvents drops the events older than the history's TTL at now (unix nanoseconds) and
+// returns when the next one expires, false if none is left: an idle cluster keeps no old
+// object versions alive and needs no timer.
+func (o *Objects) ExpireEvents(now int64) (time.Time, bool) {
+	o.hist.expire(now)
+	return o.NextExpiry()
+}
+
+// NextExpiry is when the oldest retained event outlives the TTL, false if there is none.
+func (o *Objects) NextExpiry() (time.Time, bool) {
+	at, ok := o.hist.oldest()
+	if !ok {
+		return time.Time{}, false
+	}
+	return time.Unix(0, at+int64(o.hist.ttl)), true
+}
+
+// RetainedEvents is the number of retained events, the SizeOf what they keep alive, and the
+// capacity of the ring that holds them.
+func (o *Objects) RetainedEvents() (n, bytes, capacity int) {
+	return o.hist.n, o.hist.bytes, len(o.hist.buf)
 }
