@@ -22,13 +22,17 @@ type protoMessage interface {
 	Unmarshal([]byte) error
 }
 
-// SizeOf is an object's size in its protobuf encoding, what etcd would store; every built-in
-// kind computes it without allocating. Anything else counts as 1 KiB.
+// SizeOf is an object's size as stored: its protobuf encoding for every built-in kind, which
+// computes it without allocating, and its JSON encoding for anything else (custom resources).
 func SizeOf(obj client.Object) int {
 	if s, ok := obj.(interface{ Size() int }); ok {
 		return s.Size()
 	}
-	return 1 << 10
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return 1 << 10
+	}
+	return len(data)
 }
 
 // diskKey is an object's key on disk: "<group>/<resource>/<Key>". Neither a group nor a
@@ -88,6 +92,8 @@ func DecodeValue(value []byte, obj client.Object) error {
 	default:
 		return fmt.Errorf("unknown encoding %q", value[0])
 	}
-	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	if !gvk.Empty() { // an unstructured object reads its kind from the value
+		obj.GetObjectKind().SetGroupVersionKind(gvk)
+	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,6 +31,8 @@ type Cluster struct {
 	mu      sync.RWMutex
 	version string
 	objs    *storage.Objects // the objects, their resourceVersions, history and disk copy
+	// custom is the resources CRDs define in this cluster (customresources.go).
+	custom atomic.Pointer[customKinds]
 	// deps indexes dependents by owner UID for garbage collection; nil until an object has owners.
 	deps     map[types.UID]map[objRef]struct{}
 	watchers map[*Watcher]struct{} // nil while nobody watches
@@ -92,6 +95,7 @@ func newCluster(name string, opts ClusterOptions, db *storage.DB) (*Cluster, err
 		}
 	}
 	if loaded {
+		c.loadCustomKindsLocked()
 		return c, nil
 	}
 	b, _ := behaviorFor(namespacesGVR)
@@ -139,15 +143,6 @@ func (c *Cluster) SetKubernetesVersion(v string) {
 	c.version = v
 }
 
-// lookup resolves a served resource or answers 404 like the API server does for unknown paths.
-func lookup(gvr schema.GroupVersionResource) (*servedResource, error) {
-	b, ok := behaviorFor(gvr)
-	if !ok {
-		return nil, apierrors.NewNotFound(gvr.GroupResource(), "")
-	}
-	return b, nil
-}
-
 // requestNamespace normalises the namespace of a request for the kind.
 func (b *servedResource) requestNamespace(namespace string) (string, error) {
 	if !b.info.Namespaced {
@@ -163,6 +158,17 @@ func (b *servedResource) requestNamespace(namespace string) (string, error) {
 func (b *servedResource) typedCopy(obj runtime.Object) (client.Object, error) {
 	if obj == nil || reflect.ValueOf(obj).IsNil() {
 		return nil, apierrors.NewBadRequest("no object provided")
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok && b.custom {
+		if u.GetKind() != b.info.Kind || (u.GetAPIVersion() != "" && u.GetAPIVersion() != b.info.GVR.GroupVersion().String()) {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("object kind %v does not match resource kind %v", u.GroupVersionKind(), b.info.GVK()))
+		}
+		out := u.DeepCopy()
+		out.SetGroupVersionKind(b.info.GVK())
+		return out, nil
+	}
+	if b.custom {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("object of type %T is not a %s", obj, b.info.Kind))
 	}
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		if gvk := u.GroupVersionKind(); !gvk.Empty() && gvk != b.info.GVK() {
@@ -193,7 +199,7 @@ func formatRV(rv uint64) string { return strconv.FormatUint(rv, 10) }
 
 // Get returns a deep copy of the named object.
 func (c *Cluster) Get(gvr schema.GroupVersionResource, namespace, name string) (runtime.Object, error) {
-	b, err := lookup(gvr)
+	b, err := c.lookup(gvr)
 	if err != nil {
 		return nil, err
 	}

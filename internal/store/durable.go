@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -36,7 +37,15 @@ func (c *Cluster) unlockDurable(errp *error, skipWait bool) {
 func decodeStored(gr schema.GroupResource, value []byte) (schema.GroupResource, client.Object, error) {
 	b, ok := behaviorForGR(gr)
 	if !ok {
-		return gr, nil, fmt.Errorf("resource %s is not served", gr)
+		// A custom resource: its CRD is served once every object is loaded.
+		u := &unstructured.Unstructured{}
+		if len(value) == 0 || value[0] != 'j' {
+			return gr, nil, fmt.Errorf("resource %s is not served", gr)
+		}
+		if err := storage.DecodeValue(value, u); err != nil {
+			return gr, nil, err
+		}
+		return gr, u, nil
 	}
 	obj := b.newObject()
 	if err := storage.DecodeValue(value, obj); err != nil {

@@ -22,7 +22,7 @@ type EncodeFunc func(obj runtime.Object, w *bytes.Buffer) error
 // a GET, and most GETs read objects that did not change since the last read. The returned bytes
 // are shared: callers must not modify them.
 func (c *Cluster) GetEncoded(gvr schema.GroupVersionResource, namespace, name, format string, encode EncodeFunc) ([]byte, error) {
-	b, err := lookup(gvr)
+	b, err := c.lookup(gvr)
 	if err != nil {
 		return nil, err
 	}

@@ -90,6 +90,9 @@ func fieldManagerFor(b *servedResource, subresource string) (*managedfields.Fiel
 		return fm, nil
 	}
 	var reset map[fieldpath.APIVersion]fieldpath.Filter
+	if b.custom {
+		return customFieldManager(b, subresource, key)
+	}
 	if b.status != nil {
 		var set *fieldpath.Set
 		if subresource == "" {
@@ -128,4 +131,32 @@ func topLevelJSONFields(t reflect.Type) []string {
 		}
 	}
 	return out
+}
+
+// customFieldManager is the field manager of a custom resource: apply and update tracking with
+// the deduced type converter (every list atomic), since Goofy does not yet build structured
+// merge schemas from CRDs. Status and main resource reset each other's fields as upstream's
+// custom resource strategies declare. Callers hold fieldManagersMu.
+func customFieldManager(b *servedResource, subresource string, key fieldManagerKey) (*managedfields.FieldManager, error) {
+	var set *fieldpath.Set
+	if b.status != nil {
+		if subresource == "" {
+			set = fieldpath.NewSet(fieldpath.MakePathOrDie("status"))
+		} else {
+			set = fieldpath.NewSet(fieldpath.MakePathOrDie("spec"), fieldpath.MakePathOrDie("metadata"))
+		}
+	}
+	var reset map[fieldpath.APIVersion]fieldpath.Filter
+	if set != nil {
+		reset = map[fieldpath.APIVersion]fieldpath.Filter{
+			fieldpath.APIVersion(b.info.GVR.GroupVersion().String()): fieldpath.NewExcludeSetFilter(set),
+		}
+	}
+	fm, err := managedfields.NewDefaultCRDFieldManager(managedfields.NewDeducedTypeConverter(), unstructuredConvertor{}, noDefaults{},
+		unstructuredCreater{}, b.info.GVK(), b.info.GVR.GroupVersion(), subresource, reset)
+	if err != nil {
+		return nil, err
+	}
+	fieldManagers[key] = fm
+	return fm, nil
 }

@@ -45,16 +45,18 @@ func (c *Cluster) ownerOf(namespace string, ref metav1.OwnerReference) (*servedR
 	if err != nil {
 		return nil, nil
 	}
-	info, ok := shared().byGVK[gv.WithKind(ref.Kind)]
+	b, ok := c.resourceForKind(gv.WithKind(ref.Kind))
 	if !ok {
 		return nil, nil
 	}
-	b, _ := behaviorFor(info.GVR)
+	if b.storedAs != nil {
+		b = b.storedAs
+	}
 	ns := namespace
-	if !info.Namespaced {
+	if !b.info.Namespaced {
 		ns = ""
 	}
-	obj := c.getLocked(info.GVR.GroupResource(), storage.Key(ns, ref.Name))
+	obj := c.getLocked(b.info.GVR.GroupResource(), storage.Key(ns, ref.Name))
 	if obj == nil || obj.GetUID() != ref.UID {
 		return nil, nil
 	}
@@ -69,7 +71,7 @@ func (c *Cluster) ownerAlive(namespace string, ref metav1.OwnerReference) bool {
 	if err != nil {
 		return true
 	}
-	if _, ok := shared().byGVK[gv.WithKind(ref.Kind)]; !ok {
+	if _, ok := c.resourceForKind(gv.WithKind(ref.Kind)); !ok {
 		return true
 	}
 	_, o := c.ownerOf(namespace, ref)
@@ -84,7 +86,7 @@ func (c *Cluster) collectDependents(owner client.Object) {
 		if dep == nil {
 			continue
 		}
-		db, _ := behaviorForGR(ref.gr)
+		db, _ := c.resourceForGR(ref.gr)
 		alive := false
 		for _, r := range dep.GetOwnerReferences() {
 			if r.UID == owner.GetUID() {
@@ -106,7 +108,7 @@ func (c *Cluster) collectDependents(owner client.Object) {
 func (c *Cluster) orphanDependents(owner client.Object) {
 	for ref := range c.deps[owner.GetUID()] {
 		if dep := c.getLocked(ref.gr, ref.key); dep != nil {
-			db, _ := behaviorForGR(ref.gr)
+			db, _ := c.resourceForGR(ref.gr)
 			c.dropOwnerRef(db, dep, owner.GetUID())
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metainternalvalidation "k8s.io/apimachinery/pkg/apis/meta/internalversion/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -169,7 +170,7 @@ var errExpired = apierrors.NewResourceExpired("expired")
 
 // List returns a typed *XxxList with ListMeta.ResourceVersion, Continue and RemainingItemCount.
 func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts ListOptions) (runtime.Object, error) {
-	b, err := lookup(gvr)
+	b, err := c.lookup(gvr)
 	if err != nil {
 		return nil, err
 	}
@@ -274,6 +275,9 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 
 // buildList makes the typed list of a kind from stored objects (deep-copied when copyItems).
 func (b *servedResource) buildList(objs []client.Object, rv, cont string, remaining *int64, copyItems bool) runtime.Object {
+	if b.custom {
+		return b.buildUnstructuredList(objs, rv, cont, remaining, copyItems)
+	}
 	listObj, err := Scheme().New(b.info.GVR.GroupVersion().WithKind(b.info.ListKind))
 	if err != nil {
 		panic(fmt.Sprintf("store: list kind of %s missing from scheme: %v", b.info.Kind, err))
@@ -298,4 +302,23 @@ func (b *servedResource) buildList(objs []client.Object, rv, cont string, remain
 	lm.SetContinue(cont)
 	lm.SetRemainingItemCount(remaining)
 	return listObj
+}
+
+// buildUnstructuredList is buildList for a custom resource. Its items keep apiVersion and kind,
+// as kube-apiserver's custom resource lists do.
+func (b *servedResource) buildUnstructuredList(objs []client.Object, rv, cont string, remaining *int64, copyItems bool) runtime.Object {
+	list := &unstructured.UnstructuredList{Object: map[string]any{}}
+	list.SetGroupVersionKind(b.info.GVR.GroupVersion().WithKind(b.info.ListKind))
+	list.Items = make([]unstructured.Unstructured, len(objs))
+	for i, obj := range objs {
+		u := obj.(*unstructured.Unstructured)
+		if copyItems {
+			u = u.DeepCopy()
+		}
+		list.Items[i] = *u
+	}
+	list.SetResourceVersion(rv)
+	list.SetContinue(cont)
+	list.SetRemainingItemCount(remaining)
+	return list
 }

@@ -45,7 +45,7 @@ func (c *Cluster) deleteNamespaceLocked(b *servedResource, cur client.Object) cl
 	next := terminating(cur)
 	c.storeLocked(b.info.GVR.GroupResource(), next, cur)
 	for gr, m := range c.objs.All() {
-		db, ok := behaviorForGR(gr)
+		db, ok := c.resourceForGR(gr)
 		if !ok || !db.info.Namespaced {
 			continue
 		}

@@ -45,7 +45,7 @@ type PatchResult struct {
 // them as warnings, Ignore drops them) and prepares the write, and it says whether apply created
 // the object.
 func (c *Cluster) PatchObject(gvr schema.GroupVersionResource, namespace, name string, pt types.PatchType, data []byte, opts PatchOptions) (PatchResult, error) {
-	b, err := lookup(gvr)
+	b, err := c.lookup(gvr)
 	if err != nil {
 		return PatchResult{}, err
 	}
@@ -179,6 +179,12 @@ func PatchTyped(cur runtime.Object, pt types.PatchType, data []byte, directive s
 			return nil, nil, apierrors.NewBadRequest(err.Error())
 		}
 	case types.StrategicMergePatchType:
+		if _, ok := cur.(*unstructured.Unstructured); ok {
+			// Custom resources have no Go type to read merge keys from, as upstream.
+			return nil, nil, apierrors.NewGenericServerResponse(http.StatusUnsupportedMediaType, "patch", schema.GroupResource{}, "",
+				fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s",
+					types.JSONPatchType, types.MergePatchType, types.ApplyYAMLPatchType), 0, false)
+		}
 		if validate {
 			var m map[string]any
 			if strictErrs, err = kjson.UnmarshalStrict(data, &m); err != nil {
@@ -193,7 +199,12 @@ func PatchTyped(cur runtime.Object, pt types.PatchType, data []byte, directive s
 			fmt.Sprintf("the body of the request was in an unknown format - accepted media types include: %s, %s, %s, %s",
 				types.JSONPatchType, types.MergePatchType, types.StrategicMergePatchType, types.ApplyYAMLPatchType), 0, false)
 	}
-	next := reflect.New(reflect.TypeOf(cur).Elem()).Interface().(runtime.Object)
+	var next runtime.Object
+	if _, ok := cur.(*unstructured.Unstructured); ok {
+		next = &unstructured.Unstructured{}
+	} else {
+		next = reflect.New(reflect.TypeOf(cur).Elem()).Interface().(runtime.Object)
+	}
 	if !validate {
 		if err := kjson.UnmarshalCaseSensitivePreserveInts(patched, next); err != nil {
 			return nil, nil, apierrors.NewBadRequest(err.Error())
@@ -225,6 +236,17 @@ func (b *servedResource) applied(cur client.Object, namespace, name string, data
 	patchObj := &unstructured.Unstructured{Object: map[string]interface{}{}}
 	if err := yaml.Unmarshal(data, &patchObj.Object); err != nil {
 		return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))
+	}
+	if b.custom {
+		// A custom resource keeps its integers as int64, as kube-apiserver decodes it (there is
+		// no Go type to convert float64 back).
+		js, err := yaml.YAMLToJSON(data)
+		if err == nil {
+			err = kjson.UnmarshalCaseSensitivePreserveInts(js, &patchObj.Object)
+		}
+		if err != nil {
+			return nil, nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))
+		}
 	}
 	var warnings []string
 	switch opts.FieldValidation {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -22,12 +23,20 @@ func (c *Cluster) reactLocked(gr schema.GroupResource, old, obj client.Object) {
 			c.collectPodsOfNode(old.GetName()) // podgc.go
 		}
 		c.afterOwnersChanged(old.GetNamespace(), old.GetOwnerReferences(), nil) // gc.go
+		if gr == crdsGR {
+			c.customResourceDefinitionChangedLocked(old, nil) // customresources.go
+		} else if _, custom := old.(*unstructured.Unstructured); custom {
+			c.customResourceRemovedLocked(gr) // customresources.go
+		}
 		return
 	}
 	if old != nil && !equality.Semantic.DeepEqual(old.GetOwnerReferences(), obj.GetOwnerReferences()) {
 		c.afterOwnersChanged(obj.GetNamespace(), old.GetOwnerReferences(), obj.GetOwnerReferences()) // gc.go
 	}
-	if gr == podsGR {
+	switch gr {
+	case podsGR:
 		c.kubeletSawPod(old, obj) // kubelet.go
+	case crdsGR:
+		c.customResourceDefinitionChangedLocked(old, obj) // customresources.go
 	}
 }

@@ -23,7 +23,9 @@ type servedResource struct {
 	strategy kinds.Strategy
 	// status is the strategy of the status subresource, nil without one.
 	status rest.RESTUpdateStrategy
-	goType reflect.Type // struct type of the kind
+	goType reflect.Type // struct type of the kind; nil for a custom resource
+	// custom: a kind a CustomResourceDefinition defines; its objects are *unstructured.Unstructured.
+	custom bool
 	// storedAs is the resource holding this one's objects when it is a view (views.go).
 	storedAs *servedResource
 }

@@ -2,11 +2,15 @@ package store
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -17,6 +21,9 @@ import (
 
 // toView converts a stored object to the view's kind; the result shares maps and slices with obj.
 func (b *servedResource) toView(obj runtime.Object) (client.Object, error) {
+	if b.custom {
+		return convertUnstructured(obj, b.info.GVK())
+	}
 	out := b.newObject()
 	if err := Scheme().Convert(obj, out, nil); err != nil {
 		return nil, apierrors.NewInternalError(err)
@@ -27,6 +34,9 @@ func (b *servedResource) toView(obj runtime.Object) (client.Object, error) {
 
 // fromView converts an object of the view's kind to the stored kind.
 func (b *servedResource) fromView(obj runtime.Object) (client.Object, error) {
+	if b.custom {
+		return convertUnstructured(obj, b.storedAs.info.GVK())
+	}
 	out := b.storedAs.newObject()
 	if err := Scheme().Convert(obj, out, nil); err != nil {
 		return nil, apierrors.NewInternalError(err)
@@ -149,4 +159,16 @@ func (c *Cluster) deleteCollectionView(b *servedResource, namespace string, list
 		return nil, err
 	}
 	return b.viewResult(c.DeleteCollection(b.storedAs.info.GVR, namespace, listOpts, opts))
+}
+
+// convertUnstructured converts a custom resource to another version of its CRD with the "None"
+// strategy: only apiVersion changes. The result shares everything but its top-level map.
+func convertUnstructured(obj runtime.Object, gvk schema.GroupVersionKind) (client.Object, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, apierrors.NewInternalError(fmt.Errorf("a custom resource of type %T", obj))
+	}
+	out := &unstructured.Unstructured{Object: maps.Clone(u.Object)}
+	out.SetGroupVersionKind(gvk)
+	return out, nil
 }

@@ -102,7 +102,7 @@ func (w *Watcher) ResultChan() <-chan watch.Event {
 // "k8s.io/initial-events-end"; with a resourceVersion it resumes after it, or answers 410 Gone
 // when the history no longer reaches back that far.
 func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts ListOptions) (*Watcher, error) {
-	b, err := lookup(gvr)
+	b, err := c.lookup(gvr)
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,7 @@ const maxGenerateNameAttempts = 8
 
 // Create stores a new object.
 func (c *Cluster) Create(gvr schema.GroupVersionResource, namespace string, obj runtime.Object, opts CreateOptions) (_ runtime.Object, err error) {
-	b, err := lookup(gvr)
+	b, err := c.lookup(gvr)
 	if err != nil {
 		return nil, err
 	}
@@ -55,6 +55,9 @@ func (c *Cluster) Create(gvr schema.GroupVersionResource, namespace string, obj 
 
 // newObject returns an empty object of the kind with its apiVersion and kind set.
 func (b *servedResource) newObject() client.Object {
+	if b.custom {
+		return newUnstructured(b.info.GVK())
+	}
 	obj, _ := Scheme().New(b.info.GVK())
 	obj.GetObjectKind().SetGroupVersionKind(b.info.GVK())
 	return obj.(client.Object)
@@ -153,6 +156,11 @@ func (c *Cluster) commitCreateLocked(b *servedResource, obj client.Object, gener
 			return nil, err
 		}
 	}
+	if b.custom {
+		if err := c.refuseCreateWhileTerminatingLocked(b); err != nil {
+			return nil, err
+		}
+	}
 	for i := 0; c.getLocked(gr, storage.Key(obj.GetNamespace(), obj.GetName())) != nil; i++ {
 		if !generated || i == maxGenerateNameAttempts {
 			return nil, apierrors.NewAlreadyExists(gr, obj.GetName())
@@ -175,7 +183,7 @@ func (c *Cluster) commitCreateLocked(b *servedResource, obj client.Object, gener
 // Update replaces an object. An empty resourceVersion is an unconditional update; a stale one is
 // a 409 Conflict. Subresource "status" changes only the status; the main resource keeps it.
 func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj runtime.Object, opts UpdateOptions) (runtime.Object, error) {
-	b, err := lookup(gvr)
+	b, err := c.lookup(gvr)
 	if err != nil {
 		return nil, err
 	}
@@ -334,7 +342,7 @@ func (c *Cluster) commitUpdateLocked(b *servedResource, cur, next client.Object,
 // a deletionTimestamp, or it is a pod on a node, which terminates gracefully (see kubelet.go).
 // Dependents are garbage collected per the propagation policy.
 func (c *Cluster) Delete(gvr schema.GroupVersionResource, namespace, name string, opts DeleteOptions) (_ runtime.Object, err error) {
-	b, err := lookup(gvr)
+	b, err := c.lookup(gvr)
 	if err != nil {
 		return nil, err
 	}
@@ -437,6 +445,8 @@ func (c *Cluster) deleteLocked(b *servedResource, cur client.Object, options *me
 		return next, nil
 	case b.info.GVR == namespacesGVR:
 		return c.deleteNamespaceLocked(b, cur), nil
+	case gr == crdsGR:
+		return c.deleteCustomResourceDefinitionLocked(cur), nil
 	}
 	switch ptr.Deref(options.PropagationPolicy, metav1.DeletePropagationBackground) {
 	case metav1.DeletePropagationOrphan:
@@ -470,7 +480,7 @@ func (c *Cluster) deleteForegroundLocked(b *servedResource, cur client.Object) c
 	c.storeLocked(gr, next, cur)
 	for ref := range c.deps[cur.GetUID()] {
 		if dep := c.getLocked(ref.gr, ref.key); dep != nil {
-			db, _ := behaviorForGR(ref.gr)
+			db, _ := c.resourceForGR(ref.gr)
 			c.controllerDeleteLocked(db, dep, metav1.DeletePropagationForeground, nil)
 		}
 	}
@@ -497,7 +507,7 @@ func markDeleting(cur client.Object) client.Object {
 
 // DeleteCollection deletes all matching objects and returns them as a list.
 func (c *Cluster) DeleteCollection(gvr schema.GroupVersionResource, namespace string, listOpts ListOptions, opts DeleteOptions) (_ runtime.Object, err error) {
-	b, err := lookup(gvr)
+	b, err := c.lookup(gvr)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,254 @@
+package kinds
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
+	structuralpruning "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
+	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	"k8s.io/apiextensions-apiserver/pkg/registry/customresource"
+	"k8s.io/apiextensions-apiserver/pkg/registry/customresource/tableconvertor"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/registry/rest"
+)
+
+// customResourceStrategy is the strategy of one served version of a kind a
+// CustomResourceDefinition defines in a workload cluster. Creation, update, validation
+// (OpenAPI schema, embedded resources, list-type invariants, x-kubernetes-validations rules in
+// CEL), status and generation handling are apiextensions-apiserver's own custom resource
+// strategy; defaulting and pruning of unknown fields are its schema packages, run where
+// kube-apiserver runs them (when a request body is decoded).
+type customResourceStrategy struct {
+	rest.RESTCreateStrategy
+	rest.RESTUpdateStrategy
+	info       ResourceInfo
+	structural *structuralschema.Structural // nil: x-kubernetes-preserve-unknown-fields at the root
+	preserve   bool                         // spec.preserveUnknownFields (v1 requires false)
+	status     rest.RESTUpdateStrategy
+	printer    Printer
+	selectable map[string]bool // fields.Set keys a field selector may use
+	attrs      func(runtime.Object) (fields.Set, error)
+}
+
+// CustomResources returns the strategies of every served version of crd's kind, or why the CRD
+// cannot be served (a schema that is not structural, for one).
+func CustomResources(crd *apiextensionsv1.CustomResourceDefinition) ([]Strategy, error) {
+	var out []Strategy
+	for _, v := range crd.Spec.Versions {
+		if !v.Served {
+			continue
+		}
+		s, err := newCustomResourceStrategy(crd, v)
+		if err != nil {
+			return nil, fmt.Errorf("version %s: %w", v.Name, err)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func newCustomResourceStrategy(crd *apiextensionsv1.CustomResourceDefinition, v apiextensionsv1.CustomResourceDefinitionVersion) (*customResourceStrategy, error) {
+	names := crd.Spec.Names
+	gv := schema.GroupVersion{Group: crd.Spec.Group, Version: v.Name}
+	kind := gv.WithKind(names.Kind)
+	namespaced := crd.Spec.Scope == apiextensionsv1.NamespaceScoped
+	listKind := names.ListKind
+	if listKind == "" {
+		listKind = names.Kind + "List"
+	}
+	singular := names.Singular
+	if singular == "" {
+		singular = strings.ToLower(names.Kind)
+	}
+	info := ResourceInfo{
+		GVR: gv.WithResource(names.Plural), Kind: names.Kind, ListKind: listKind, Singular: singular,
+		Namespaced: namespaced, Verbs: allVerbs, ShortNames: names.ShortNames, Categories: names.Categories,
+	}
+
+	validation, err := apihelpers.GetSchemaForVersion(crd, v.Name)
+	if err != nil {
+		return nil, err
+	}
+	var internalSchema *apiextensions.JSONSchemaProps
+	if validation != nil {
+		internal := &apiextensions.CustomResourceValidation{}
+		if err := apiextensionsv1.Convert_v1_CustomResourceValidation_To_apiextensions_CustomResourceValidation(validation, internal, nil); err != nil {
+			return nil, err
+		}
+		internalSchema = internal.OpenAPIV3Schema
+	}
+	var structural *structuralschema.Structural
+	if internalSchema != nil {
+		if structural, err = structuralschema.NewStructural(internalSchema); err != nil {
+			return nil, fmt.Errorf("the schema is not structural: %w", err)
+		}
+		// Defaults are applied from a copy whose defaults were pruned, as upstream serves them.
+		structural = structural.DeepCopy()
+		if err := structuraldefaulting.PruneDefaults(structural); err != nil {
+			return nil, err
+		}
+	}
+	validator, _, err := apiservervalidation.NewSchemaValidator(internalSchema)
+	if err != nil {
+		return nil, err
+	}
+
+	subresources, err := apihelpers.GetSubresourcesForVersion(crd, v.Name)
+	if err != nil {
+		return nil, err
+	}
+	var statusSpec *apiextensions.CustomResourceSubresourceStatus
+	var statusValidator apiservervalidation.SchemaValidator
+	var scaleSpec *apiextensions.CustomResourceSubresourceScale
+	if subresources != nil && subresources.Status != nil {
+		info.Subresources = append(info.Subresources, "status")
+		statusSpec = &apiextensions.CustomResourceSubresourceStatus{}
+		if internalSchema != nil {
+			if statusSchema, ok := internalSchema.Properties["status"]; ok {
+				if statusValidator, _, err = apiservervalidation.NewSchemaValidator(&statusSchema); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if subresources != nil && subresources.Scale != nil {
+		// Validated as upstream (the replicas paths), not yet served: not listed in discovery.
+		scaleSpec = &apiextensions.CustomResourceSubresourceScale{}
+		if err := apiextensionsv1.Convert_v1_CustomResourceSubresourceScale_To_apiextensions_CustomResourceSubresourceScale(subresources.Scale, scaleSpec, nil); err != nil {
+			return nil, err
+		}
+	}
+
+	upstream := customresource.NewStrategy(unstructuredTyper{}, namespaced, kind, validator, statusValidator, structural, statusSpec, scaleSpec, v.SelectableFields)
+	s := &customResourceStrategy{
+		RESTCreateStrategy: upstream,
+		RESTUpdateStrategy: upstream,
+		info:               info,
+		structural:         structural,
+		preserve:           crd.Spec.PreserveUnknownFields,
+		attrs: func(obj runtime.Object) (fields.Set, error) {
+			_, f, err := upstream.GetAttrs(obj)
+			return f, err
+		},
+		selectable: map[string]bool{"metadata.name": true},
+	}
+	if namespaced {
+		s.selectable["metadata.namespace"] = true
+	}
+	for _, f := range v.SelectableFields {
+		s.selectable[strings.TrimPrefix(f.JSONPath, ".")] = true
+	}
+	if statusSpec != nil {
+		s.status = customresource.NewStatusStrategy(upstream)
+	}
+	if s.printer, err = customResourcePrinter(crd, v); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// unstructuredTyper names a custom resource's kind from the object itself: there is no Go type.
+type unstructuredTyper struct{}
+
+func (unstructuredTyper) ObjectKinds(obj runtime.Object) ([]schema.GroupVersionKind, bool, error) {
+	gvk := obj.GetObjectKind().GroupVersionKind()
+	if gvk.Kind == "" {
+		return nil, false, fmt.Errorf("object has no kind")
+	}
+	return []schema.GroupVersionKind{gvk}, false, nil
+}
+
+func (unstructuredTyper) Recognizes(schema.GroupVersionKind) bool { return true }
+
+// customResourcePrinter renders additionalPrinterColumns with apiextensions-apiserver's table
+// convertor (Name and Age first, as upstream; Name only when the CRD lists no columns).
+func customResourcePrinter(crd *apiextensionsv1.CustomResourceDefinition, v apiextensionsv1.CustomResourceDefinitionVersion) (Printer, error) {
+	columns := v.AdditionalPrinterColumns
+	if len(columns) == 0 {
+		columns = []apiextensionsv1.CustomResourceColumnDefinition{{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"}}
+	}
+	convertor, err := tableconvertor.New(columns)
+	if err != nil {
+		return Printer{}, fmt.Errorf("additionalPrinterColumns: %w", err)
+	}
+	empty, err := convertor.ConvertToTable(context.Background(), &unstructured.UnstructuredList{}, nil)
+	if err != nil {
+		return Printer{}, err
+	}
+	return Printer{
+		Columns: empty.ColumnDefinitions,
+		Cells: func(obj runtime.Object) []any {
+			t, err := convertor.ConvertToTable(context.Background(), obj, nil)
+			if err != nil || len(t.Rows) != 1 {
+				return make([]any, len(empty.ColumnDefinitions))
+			}
+			return t.Rows[0].Cells
+		},
+	}, nil
+}
+
+func (s *customResourceStrategy) Info() ResourceInfo                      { return s.info }
+func (s *customResourceStrategy) StatusStrategy() rest.RESTUpdateStrategy { return s.status }
+func (s *customResourceStrategy) Printer() Printer                        { return s.printer }
+
+// Scale: a custom resource's scale subresource is not served yet (its paths are validated).
+func (s *customResourceStrategy) Scale() *Scale { return nil }
+
+// Both halves of the embedded strategies declare these; the create half answers for both.
+func (s *customResourceStrategy) NamespaceScoped() bool { return s.info.Namespaced }
+func (s *customResourceStrategy) ObjectKinds(obj runtime.Object) ([]schema.GroupVersionKind, bool, error) {
+	return s.RESTCreateStrategy.ObjectKinds(obj)
+}
+func (s *customResourceStrategy) Recognizes(gvk schema.GroupVersionKind) bool {
+	return s.RESTCreateStrategy.Recognizes(gvk)
+}
+func (s *customResourceStrategy) Canonicalize(obj runtime.Object) {
+	s.RESTCreateStrategy.Canonicalize(obj)
+}
+
+// Default prunes fields the schema does not know and applies the schema's defaults, as
+// kube-apiserver does when it decodes a custom resource.
+func (s *customResourceStrategy) Default(obj runtime.Object) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || s.structural == nil {
+		return
+	}
+	if !s.preserve {
+		structuralpruning.Prune(u.Object, s.structural, true)
+	}
+	structuraldefaulting.Default(u.Object, s.structural)
+	structuraldefaulting.PruneNonNullableNullsWithoutDefaults(u.Object, s.structural)
+}
+
+// UnknownFields lists the paths of fields the schema does not know (pruned by Default), for
+// fieldValidation=Strict and Warn.
+func (s *customResourceStrategy) UnknownFields(obj runtime.Object) []string {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || s.structural == nil || s.preserve {
+		return nil
+	}
+	return structuralpruning.PruneWithOptions(u.DeepCopy().Object, s.structural, true, structuralschema.UnknownFieldPathOptions{TrackUnknownFieldPaths: true})
+}
+
+func (s *customResourceStrategy) FieldLabel(label string) (string, bool) {
+	return label, s.selectable[label]
+}
+
+func (s *customResourceStrategy) SelectableFields(obj runtime.Object) fields.Set {
+	f, err := s.attrs(obj)
+	if err != nil {
+		m := obj.(metav1.Object)
+		return metaFields(m, s.info.Namespaced)
+	}
+	return f
+}

@@ -1,0 +1,253 @@
+package store
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+)
+
+var (
+	crdsGVR      = apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions")
+	widgetsGVR   = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	widgetsBetaG = schema.GroupVersionResource{Group: "example.com", Version: "v1beta1", Resource: "widgets"}
+)
+
+// widgetCRD defines a namespaced kind with two served versions (v1 stored), a schema with a
+// minimum, a default, a CEL rule and an unknown-fields-pruning object, and a status subresource.
+func widgetCRD() *apiextensionsv1.CustomResourceDefinition {
+	schemaProps := &apiextensionsv1.JSONSchemaProps{
+		Type: "object",
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"spec": {
+				Type: "object",
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"size":  {Type: "integer", Minimum: ptr.To(1.0), Default: &apiextensionsv1.JSON{Raw: []byte("3")}},
+					"color": {Type: "string"},
+				},
+				XValidations: apiextensionsv1.ValidationRules{{Rule: "self.size <= 10", Message: "size must be at most 10"}},
+			},
+			"status": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{"ready": {Type: "boolean"}}},
+		},
+	}
+	version := func(name string, storage bool) apiextensionsv1.CustomResourceDefinitionVersion {
+		return apiextensionsv1.CustomResourceDefinitionVersion{
+			Name: name, Served: true, Storage: storage,
+			Schema:       &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: schemaProps},
+			Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
+			AdditionalPrinterColumns: []apiextensionsv1.CustomResourceColumnDefinition{
+				{Name: "Size", Type: "integer", JSONPath: ".spec.size"},
+			},
+		}
+	}
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "example.com", Scope: apiextensionsv1.NamespaceScoped,
+			Names:    apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList", ShortNames: []string{"wd"}},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{version("v1", true), version("v1beta1", false)},
+		},
+	}
+}
+
+func widget(name string, spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetAPIVersion("example.com/v1")
+	u.SetKind("Widget")
+	u.SetNamespace("default")
+	u.SetName(name)
+	return u
+}
+
+func createCRD(t *testing.T, c *Cluster) {
+	t.Helper()
+	if _, err := c.Create(crdsGVR, "", widgetCRD(), CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getWidget(t *testing.T, c *Cluster, gvr schema.GroupVersionResource, name string) *unstructured.Unstructured {
+	t.Helper()
+	obj, err := c.Get(gvr, "default", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj.(*unstructured.Unstructured)
+}
+
+func TestCustomResourceDefinitionIsEstablishedAndServed(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	_, err := c.Create(widgetsGVR, "default", widget("w", map[string]any{}), CreateOptions{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "not served before its CRD: %v", err)
+
+	createCRD(t, c)
+	obj, err := c.Get(crdsGVR, "", "widgets.example.com")
+	g.Expect(err).NotTo(HaveOccurred())
+	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
+	g.Expect(apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.Established)).To(BeTrue())
+	g.Expect(apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted)).To(BeTrue())
+	g.Expect(crd.Status.AcceptedNames.Kind).To(Equal("Widget"))
+	g.Expect(crd.Status.StoredVersions).To(Equal([]string{"v1"}))
+
+	var served []string
+	for _, ri := range c.CustomResources() {
+		served = append(served, ri.GVR.String())
+	}
+	g.Expect(served).To(Equal([]string{widgetsGVR.String(), widgetsBetaG.String()}))
+}
+
+// Pruning, defaulting, generation, status reset on create; schema (minimum) and CEL violations
+// are 422 Invalid with upstream's messages.
+func TestCustomResourceSchemaSemantics(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	createCRD(t, c)
+
+	in := widget("w", map[string]any{"color": "red", "unknown": "x"})
+	in.Object["status"] = map[string]any{"ready": true}
+	in.Object["extra"] = "pruned"
+	_, err := c.Create(widgetsGVR, "default", in, CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	w := getWidget(t, c, widgetsGVR, "w")
+	g.Expect(w.Object["spec"]).To(Equal(map[string]any{"color": "red", "size": int64(3)}), "unknown fields pruned, size defaulted")
+	g.Expect(w.Object).NotTo(HaveKey("extra"))
+	g.Expect(w.Object).NotTo(HaveKey("status"), "create cannot set status")
+	g.Expect(w.GetGeneration()).To(BeEquivalentTo(1))
+	g.Expect(w.GetUID()).NotTo(BeEmpty())
+
+	_, err = c.Create(widgetsGVR, "default", widget("small", map[string]any{"size": int64(0)}), CreateOptions{})
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+	g.Expect(err.Error()).To(ContainSubstring("spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1"))
+	_, err = c.Create(widgetsGVR, "default", widget("big", map[string]any{"size": int64(11)}), CreateOptions{})
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+	g.Expect(err.Error()).To(ContainSubstring("size must be at most 10"))
+
+	// Status only through /status; a spec change bumps the generation.
+	w.Object["status"] = map[string]any{"ready": true}
+	_, err = c.Update(widgetsGVR, "default", w, UpdateOptions{Subresource: "status"})
+	g.Expect(err).NotTo(HaveOccurred())
+	w = getWidget(t, c, widgetsGVR, "w")
+	g.Expect(w.Object["status"]).To(Equal(map[string]any{"ready": true}))
+	g.Expect(w.GetGeneration()).To(BeEquivalentTo(1))
+	w.Object["status"] = map[string]any{"ready": false}
+	g.Expect(unstructured.SetNestedField(w.Object, int64(5), "spec", "size")).To(Succeed())
+	_, err = c.Update(widgetsGVR, "default", w, UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	w = getWidget(t, c, widgetsGVR, "w")
+	g.Expect(w.Object["status"]).To(Equal(map[string]any{"ready": true}), "the main resource keeps the status")
+	g.Expect(w.GetGeneration()).To(BeEquivalentTo(2))
+
+	// Merge patch works; strategic merge patch is 415, as upstream for custom resources.
+	res, err := c.Patch(widgetsGVR, "default", "w", types.MergePatchType, []byte(`{"spec":{"color":"blue"}}`), PatchOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.(*unstructured.Unstructured).Object["spec"]).To(HaveKeyWithValue("color", "blue"))
+	_, err = c.Patch(widgetsGVR, "default", "w", types.StrategicMergePatchType, []byte(`{"spec":{"color":"green"}}`), PatchOptions{})
+	g.Expect(apierrors.IsUnsupportedMediaType(err)).To(BeTrue(), "%v", err)
+
+	// Server-side apply creates, with managed fields.
+	applied, err := c.Patch(widgetsGVR, "default", "applied", types.ApplyYAMLPatchType,
+		[]byte("apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: applied\nspec:\n  size: 2\n"), PatchOptions{FieldManager: "kubectl"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(applied.(*unstructured.Unstructured).GetManagedFields()).NotTo(BeEmpty())
+}
+
+// Every served version reads and writes the one collection; the "None" conversion changes only
+// apiVersion.
+func TestCustomResourceVersionsShareOneCollection(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	createCRD(t, c)
+	_, err := c.Create(widgetsGVR, "default", widget("w", map[string]any{"size": int64(4)}), CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	beta := getWidget(t, c, widgetsBetaG, "w")
+	g.Expect(beta.GetAPIVersion()).To(Equal("example.com/v1beta1"))
+	g.Expect(beta.Object["spec"]).To(HaveKeyWithValue("size", int64(4)))
+
+	list, err := c.List(widgetsBetaG, "default", ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	ul := list.(*unstructured.UnstructuredList)
+	g.Expect(ul.GetKind()).To(Equal("WidgetList"))
+	g.Expect(ul.Items).To(HaveLen(1))
+	g.Expect(ul.Items[0].GetAPIVersion()).To(Equal("example.com/v1beta1"))
+
+	w, err := c.Watch(widgetsGVR, "default", ListOptions{ResourceVersion: ul.GetResourceVersion()})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer w.Stop()
+	nb := widget("second", map[string]any{})
+	nb.SetAPIVersion("example.com/v1beta1")
+	_, err = c.Create(widgetsBetaG, "default", nb, CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	ev := nextEvent(t, w)
+	g.Expect(ev.Object.(*unstructured.Unstructured).GetAPIVersion()).To(Equal("example.com/v1"))
+	g.Expect(ev.Object.(*unstructured.Unstructured).GetName()).To(Equal("second"))
+}
+
+// Deleting a CRD deletes its objects; one held by a finalizer keeps the CRD Terminating (new
+// objects refused with 405) until it is gone, then the CRD and its resources go.
+func TestDeletingACustomResourceDefinitionDeletesItsObjects(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	createCRD(t, c)
+	_, err := c.Create(widgetsGVR, "default", widget("plain", map[string]any{}), CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	held := widget("held", map[string]any{})
+	held.SetFinalizers([]string{"example.com/hold"})
+	_, err = c.Create(widgetsGVR, "default", held, CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	_, err = c.Delete(crdsGVR, "", "widgets.example.com", DeleteOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	obj, err := c.Get(crdsGVR, "", "widgets.example.com")
+	g.Expect(err).NotTo(HaveOccurred())
+	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
+	g.Expect(crd.DeletionTimestamp).NotTo(BeNil())
+	g.Expect(crd.Finalizers).To(ContainElement(crdCleanupFinalizer))
+	g.Expect(apihelpers.IsCRDConditionTrue(crd, apiextensionsv1.Terminating)).To(BeTrue())
+	_, err = c.Get(widgetsGVR, "default", "plain")
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
+	h := getWidget(t, c, widgetsGVR, "held")
+	g.Expect(h.GetDeletionTimestamp()).NotTo(BeNil())
+	_, err = c.Create(widgetsGVR, "default", widget("new", map[string]any{}), CreateOptions{})
+	g.Expect(apierrors.IsMethodNotSupported(err)).To(BeTrue(), "%v", err)
+
+	h.SetFinalizers(nil)
+	_, err = c.Update(widgetsGVR, "default", h, UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.Get(crdsGVR, "", "widgets.example.com")
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%v", err)
+	_, err = c.Get(widgetsGVR, "default", "held")
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the resource is no longer served: %v", err)
+	g.Expect(c.CustomResources()).To(BeEmpty())
+}
+
+// A CRD and its objects survive a restart, served again.
+func TestCustomResourcesSurviveRestart(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	m, closeDB := durableManager(t, dir)
+	c, err := m.AddCluster("ns/c", ClusterOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	createCRD(t, c)
+	_, err = c.Create(widgetsGVR, "default", widget("w", map[string]any{"size": int64(7)}), CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	closeDB()
+
+	m, closeDB = durableManager(t, dir)
+	defer closeDB()
+	c, err = m.AddCluster("ns/c", ClusterOptions{PodStopDelay: time.Millisecond})
+	g.Expect(err).NotTo(HaveOccurred())
+	w := getWidget(t, c, widgetsGVR, "w")
+	g.Expect(w.Object["spec"]).To(HaveKeyWithValue("size", int64(7)))
+	g.Expect(w.GetKind()).To(Equal("Widget"))
+	_, err = c.Create(widgetsGVR, "default", widget("small", map[string]any{"size": int64(0)}), CreateOptions{})
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "validated after the restart too: %v", err)
+}
