@@ -64,6 +64,8 @@ type Config struct {
 	ProfileWindow time.Duration
 	// AuditBodies logs the request bodies of writes to infrastructure kinds (what each patch changed).
 	AuditBodies bool
+	// Faults, when set, injects faults into a share of the clusters (Goofy only).
+	Faults *FaultProfile
 
 	RepoRoot string
 	// OutDir receives the process logs, audit log, profiles and result of this run.
@@ -91,6 +93,8 @@ type Result struct {
 	// AllAvailableSeconds is from the first apply to the last cluster Available (0 when not all were).
 	AllAvailableSeconds float64 `json:"allAvailableSeconds"`
 	AvailableClusters   int     `json:"availableClusters"`
+	// FaultedClusters got the fault profile (FAULTS=<file>).
+	FaultedClusters int `json:"faultedClusters,omitempty"`
 	// CreateToAvailable is per cluster, from its apply to Available.
 	CreateToAvailable Percentiles `json:"createToAvailable"`
 	// Phases of Machines (watch observations): created→infraProvisioned→nodeReady.
@@ -166,6 +170,18 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 	manifests, err := renderClusters(template, cfg)
 	if err != nil {
 		return err
+	}
+	if cfg.Faults != nil && cfg.Provider == ProviderGoofy {
+		for i := range manifests {
+			if !cfg.Faults.appliesTo(i) {
+				continue
+			}
+			if manifests[i], err = cfg.Faults.inject(manifests[i]); err != nil {
+				return fmt.Errorf("injecting faults into %s: %w", clusterName(i), err)
+			}
+			res.FaultedClusters++
+		}
+		cfg.progress("fault profile applied to %d of %d clusters", res.FaultedClusters, len(manifests))
 	}
 	binary := cfg.Binaries.Goofy
 	if cfg.Provider == ProviderCAPD {

@@ -76,6 +76,7 @@ func run() error {
 	qps := flag.Float64("qps", envFloat("QPS", 0), "QPS of every provider's client to the management API server; 0 keeps each provider's shipped default (env QPS)")
 	burst := flag.Int("burst", envInt("BURST", 0), "burst of every provider's client to the management API server; 0 keeps each provider's shipped default (env BURST)")
 	concurrency := flag.Int("concurrency", envInt("CONCURRENCY", 0), "infrastructure clusters and machines every provider reconciles at once (Goofy's --goofycluster/goofymachine-concurrency, CAPD's --devcluster/devmachine-concurrency); 0 keeps each provider's shipped default (env CONCURRENCY)")
+	faults := flag.String("faults", os.Getenv("FAULTS"), "fault profile (docs/faults.md) applied to a share of Goofy's clusters (env FAULTS)")
 	auditBodies := flag.Bool("audit-bodies", os.Getenv("AUDIT_BODIES") != "", "log request bodies of the provider's writes to infrastructure kinds (env AUDIT_BODIES)")
 	flag.Parse()
 
@@ -95,6 +96,13 @@ func run() error {
 	}
 	if len(names) == 0 || *n < 1 || *cp < 1 || *workers < 0 {
 		return fmt.Errorf("need at least one provider, one cluster and one control-plane machine")
+	}
+
+	var faultProfile *bench.FaultProfile
+	if *faults != "" {
+		if faultProfile, err = bench.LoadFaultProfile(*faults); err != nil {
+			return err
+		}
 	}
 
 	fmt.Println("== building what is missing (cached under ~/.cache/goofy; the first run takes a while)")
@@ -127,7 +135,7 @@ func run() error {
 		res, err := bench.Run(ctx, bench.Config{
 			Provider: p, Clusters: *n, ControlPlane: *cp, Workers: *workers, Phase: *phase, Jitter: *jitter,
 			BatchSize: *batch, BatchInterval: *batchInterval, Timeout: *timeout, KubernetesVersion: *k8s,
-			GoofyPortRange: *portRange, Client: bench.ClientSettings{QPS: *qps, Burst: *burst, Concurrency: *concurrency}, ProfileWindow: *profile, AuditBodies: *auditBodies,
+			GoofyPortRange: *portRange, Client: bench.ClientSettings{QPS: *qps, Burst: *burst, Concurrency: *concurrency}, ProfileWindow: *profile, AuditBodies: *auditBodies, Faults: faultProfile,
 			RepoRoot: repo, OutDir: filepath.Join(runDir, p), Binaries: bins,
 			CAPDBinary: capdBinary, CAPDModule: capdModule, Progress: os.Stdout,
 		})
