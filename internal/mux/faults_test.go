@@ -331,3 +331,22 @@ func TestFaultLeaderlessSurvivesRestart(t *testing.T) {
 	g.Expect(srv.SetLeaderless(context.Background(), false)).To(Succeed())
 	g.Expect(srv.Leader()).NotTo(BeEmpty())
 }
+
+// TestFaultUnreachableFromHotRestart: a cluster whose spec says unreachable does not serve after a
+// restart, even once its machines re-add their API servers, until the fault is removed.
+func TestFaultUnreachableFromHotRestart(t *testing.T) {
+	g := NewWithT(t)
+	m := newTestMux(t, WithPortRange(12400, 12409))
+	cc := newClusterCerts(t)
+	gc := goofyCluster("ns", "down", 12405)
+	gc.Spec.Simulation = &infrav1.ClusterSimulation{Unreachable: true}
+	g.Expect(m.HotRestart(&infrav1.GoofyClusterList{Items: []infrav1.GoofyCluster{gc}})).To(Succeed())
+	g.Expect(m.AddAPIServer("ns/down", "kube-apiserver-x", cc.ca, cc.caKey)).To(Succeed())
+	l, _ := m.Listener("ns/down")
+	_, err := net.DialTimeout("tcp", l.HostPort(), time.Second)
+	g.Expect(err).To(HaveOccurred(), "an unreachable cluster serves after the restart")
+	g.Expect(l.SetFaults(context.Background(), nil)).To(Succeed())
+	conn, err := net.DialTimeout("tcp", l.HostPort(), time.Second)
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = conn.Close()
+}
