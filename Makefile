@@ -97,14 +97,18 @@ e2e: ## Run the end-to-end suite against real CAPI (builds kube-controller-manag
 
 # Knobs of `make e2e-upstream`: E2E_FOCUS is a Ginkgo focus regexp over the specs' descriptions
 # (e.g. E2E_FOCUS="QuickStartSpec default" or E2E_FOCUS=ClusterClassChangesSpec); E2E_SKIP skips the matching ones.
+# E2E_LABELS is a Ginkgo label filter: by default the specs labelled goofy-gap (failing on a known gap
+# in Goofy's simulation, docs/e2e.md) are left out; E2E_LABELS= runs them too.
 E2E_FOCUS ?=
 E2E_SKIP ?=
+E2E_LABELS ?= !goofy-gap
 E2E_UPSTREAM_TIMEOUT ?= 120m
 
 .PHONY: e2e-upstream
-e2e-upstream: ## Run CAPI's own e2e specs (sigs.k8s.io/cluster-api/test/e2e) against Goofy on the local plane (test/capi-e2e; E2E_FOCUS, E2E_SKIP).
+e2e-upstream: ## Run CAPI's own e2e specs (sigs.k8s.io/cluster-api/test/e2e) against Goofy on the local plane (test/capi-e2e; E2E_FOCUS, E2E_SKIP, E2E_LABELS).
 	go -C test/capi-e2e test -count=1 -v -timeout $(E2E_UPSTREAM_TIMEOUT) . -args -ginkgo.v -ginkgo.no-color \
-		$(if $(E2E_FOCUS),-ginkgo.focus="$(E2E_FOCUS)") $(if $(E2E_SKIP),-ginkgo.skip="$(E2E_SKIP)")
+		$(if $(E2E_FOCUS),-ginkgo.focus="$(E2E_FOCUS)") $(if $(E2E_SKIP),-ginkgo.skip="$(E2E_SKIP)") \
+		$(if $(E2E_LABELS),-ginkgo.label-filter="$(E2E_LABELS)")
 
 # Knobs of `make bench` (override on the command line, e.g. make bench N=3 PROVIDERS="goofy capd-inmemory").
 N ?= 100

@@ -10,12 +10,13 @@ import (
 func quickStart(flavor string) func() e2e.QuickStartSpecInput {
 	return func() e2e.QuickStartSpecInput {
 		in := e2e.QuickStartSpecInput{
-			E2EConfig:              e2eConfig,
-			ClusterctlConfigPath:   clusterctlConfigPath,
-			BootstrapClusterProxy:  bootstrapClusterProxy,
-			ArtifactFolder:         artifactFolder,
-			SkipCleanup:            skipCleanup,
-			InfrastructureProvider: infrastructureProvider(),
+			E2EConfig:             e2eConfig,
+			ClusterctlConfigPath:  clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy,
+			ArtifactFolder:        artifactFolder,
+			SkipCleanup:           skipCleanup,
+			// As CAPI's own QuickStart run: owner references, finalizers and stable resourceVersions.
+			PostMachinesProvisioned: checkOwnersFinalizersAndStability(flavor == "topology"),
 		}
 		if flavor != "" {
 			in.Flavor = ptr.To(flavor)

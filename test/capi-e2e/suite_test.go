@@ -81,8 +81,11 @@ var _ = BeforeSuite(func() {
 	_, err = harness.BuildClusterctlRepository(bctx, repoRoot, bins.CAPIModule, sources, GinkgoWriter)
 	Expect(err).NotTo(HaveOccurred())
 
+	generated := filepath.Join(artifactFolder, "flavors")
+	Expect(writeGeneratedFlavors(repoRoot, generated)).To(Succeed())
+
 	By("Loading the e2e config")
-	e2eConfig = loadE2EConfig(sources)
+	e2eConfig = loadE2EConfig(map[string]string{"CLUSTERCTL_SOURCES": sources, "GENERATED_FLAVORS": generated})
 
 	By("Creating the clusterctl local repository the specs read templates from")
 	clusterctlConfigPath = clusterctl.CreateRepository(ctx, clusterctl.CreateRepositoryInput{
@@ -108,6 +111,8 @@ var _ = BeforeSuite(func() {
 		fmt.Fprintf(GinkgoWriter, "starting the plane (attempt %d): %v\n", attempt, err)
 	}
 	Expect(err).NotTo(HaveOccurred())
+	By("Recording the plane's providers as clusterctl init would")
+	Expect(registerClusterctlInventory(ctx, plane.Kubeconfig, clusterctlConfigPath, plane.Client)).To(Succeed())
 	bootstrapClusterProxy = framework.NewClusterProxy("bootstrap", plane.Kubeconfig, scheme(),
 		framework.WithMachineLogCollector(goofyLogCollector{}))
 })
@@ -124,12 +129,15 @@ var _ = AfterSuite(func() {
 	}
 })
 
-// loadE2EConfig writes data/e2e-config.yaml with the components' directory filled in next to the
-// original (relative paths in it are relative to data/) and loads it with the framework.
-func loadE2EConfig(sources string) *clusterctl.E2EConfig {
+// loadE2EConfig writes data/e2e-config.yaml with the directories the suite made filled in next to
+// the original (relative paths in it are relative to data/) and loads it with the framework.
+func loadE2EConfig(dirs map[string]string) *clusterctl.E2EConfig {
 	data, err := os.ReadFile(filepath.Join("data", "e2e-config.yaml"))
 	Expect(err).NotTo(HaveOccurred())
-	resolved := strings.ReplaceAll(string(data), "${CLUSTERCTL_SOURCES}", sources)
+	resolved := string(data)
+	for name, dir := range dirs {
+		resolved = strings.ReplaceAll(resolved, "${"+name+"}", dir)
+	}
 	dir, err := filepath.Abs("data")
 	Expect(err).NotTo(HaveOccurred())
 	f, err := os.CreateTemp(dir, ".e2e-config-*.yaml")
@@ -149,11 +157,4 @@ func scheme() *runtime.Scheme {
 	framework.TryAddDefaultSchemes(s)
 	Expect(infrav1.AddToScheme(s)).To(Succeed())
 	return s
-}
-
-// infrastructureProvider names Goofy with its version: the plane has no clusterctl inventory to
-// look the default provider and its version up in.
-func infrastructureProvider() *string {
-	p := fmt.Sprintf("goofy:%s", harness.GoofyVersion)
-	return &p
 }
