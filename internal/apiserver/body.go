@@ -10,10 +10,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
@@ -61,8 +64,7 @@ func errorStrings(errs []error) []string {
 // field validation directive (unknown or duplicate fields: 400 in Strict, warnings in Warn) and
 // checking the kind, name and namespace against the URL.
 func (h *handler) decodeObject(rq *reqScope, directive string) (runtime.Object, error) {
-	sv := getServing()
-	info, err := negotiation.NegotiateInputSerializer(rq.r, false, sv.objects)
+	info, err := negotiation.NegotiateInputSerializer(rq.r, false, rq.codecs())
 	if err != nil {
 		return nil, err
 	}
@@ -71,15 +73,20 @@ func (h *handler) decodeObject(rq *reqScope, directive string) (runtime.Object, 
 		return nil, err
 	}
 	gvk := rq.gvr.GroupVersion().WithKind(rq.ri.Kind)
-	into, err := store.Scheme().New(gvk)
-	if err != nil {
-		return nil, apierrors.NewInternalError(err)
+	var into runtime.Object = &unstructured.Unstructured{}
+	if !rq.custom {
+		if into, err = store.Scheme().New(gvk); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
 	}
 	dec := info.Serializer
-	if directive != metav1.FieldValidationIgnore {
+	if directive != metav1.FieldValidationIgnore && !rq.custom {
 		dec = info.StrictSerializer
 	}
 	obj, got, err := dec.Decode(body, &gvk, into)
+	if err == nil && rq.custom && directive != metav1.FieldValidationIgnore {
+		err = strictCustomResource(rq, body, info.MediaType, obj)
+	}
 	if err != nil {
 		strictErr, isStrict := runtime.AsStrictDecodingError(err)
 		switch {
@@ -135,4 +142,29 @@ func patchType(r *http.Request) (types.PatchType, error) {
 		}
 	}
 	return "", negotiation.NewUnsupportedMediaTypeError(patchTypes)
+}
+
+// strictCustomResource finds what strict decoding finds in a custom resource, as kube-apiserver
+// does: duplicate fields, and fields the CRD's schema does not declare (which defaulting
+// prunes).
+func strictCustomResource(rq *reqScope, body []byte, mediaType string, obj runtime.Object) error {
+	var errs []error
+	js := body
+	if mediaType != runtime.ContentTypeJSON {
+		var err error
+		if js, err = yaml.YAMLToJSON(body); err != nil {
+			return nil // the lenient decode read it already
+		}
+	}
+	strictErrs, _ := kjson.UnmarshalStrict(js, &map[string]any{})
+	errs = append(errs, strictErrs...)
+	if rq.unknownFields != nil {
+		for _, path := range rq.unknownFields(obj) {
+			errs = append(errs, fmt.Errorf("unknown field %q", path))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return runtime.NewStrictDecodingError(errs)
 }

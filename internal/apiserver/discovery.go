@@ -185,7 +185,7 @@ func (aggregatedRestrictions) AllowsStreamSchema(s string) bool { return false }
 // it (first acceptable clause wins, as upstream), else the legacy list.
 func (h *handler) serveGroupDiscovery(w http.ResponseWriter, r *http.Request, legacy bool) {
 	sv := getServing()
-	d := sv.disc
+	d := h.discovery()
 	mt, ok := negotiation.NegotiateMediaTypeOptions(r.Header.Get("Accept"), d.codecs.SupportedMediaTypes(), aggregatedRestrictions{})
 	if ok && mt.Convert != nil {
 		info := mt.Accepted
@@ -221,7 +221,7 @@ func (h *handler) serveGroupDiscovery(w http.ResponseWriter, r *http.Request, le
 // a served discovery path.
 func (h *handler) serveDiscoveryPath(w http.ResponseWriter, r *http.Request, parts []string) bool {
 	sv := getServing()
-	d := sv.disc
+	d := h.discovery()
 	var obj runtime.Object
 	switch {
 	case len(parts) == 2 && parts[0] == "api":
@@ -263,4 +263,29 @@ func splitPath(p string) []string {
 		return nil
 	}
 	return strings.Split(p, "/")
+}
+
+// customDiscovery is the discovery of a cluster whose CRDs define resources.
+type customDiscovery struct {
+	generation uint64 // store.Cluster.CustomResourcesGeneration it was built for
+	docs       *discoveryDocs
+}
+
+// discovery returns the cluster's discovery documents: the shared ones while no CRD defines a
+// resource, else the built-in and custom resources together, rebuilt when the CRDs change.
+func (h *handler) discovery() *discoveryDocs {
+	gen := h.c.CustomResourcesGeneration()
+	if gen == 0 {
+		return getServing().disc
+	}
+	if cur := h.custom.Load(); cur != nil && cur.generation == gen {
+		return cur.docs
+	}
+	infos, gen := h.c.CustomResources()
+	if len(infos) == 0 {
+		return getServing().disc
+	}
+	docs := buildDiscovery(append(store.Resources(), infos...))
+	h.custom.Store(&customDiscovery{generation: gen, docs: docs})
+	return docs
 }

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -47,6 +48,8 @@ type handler struct {
 	opts     Options
 	log      logr.Logger
 	infoFact *apirequest.RequestInfoFactory
+	// custom is the discovery of a cluster with CRDs, built when they change.
+	custom atomic.Pointer[customDiscovery]
 }
 
 // NewHandler returns the kube-apiserver HTTP surface of one workload cluster's store.
@@ -67,9 +70,9 @@ func NewHandler(c *store.Cluster, opts Options) http.Handler {
 }
 
 // rootPaths is what GET / lists, like a real server (only the paths we serve).
-func rootPaths() []string {
+func (h *handler) rootPaths() []string {
 	paths := []string{"/api", "/api/v1", "/apis", "/healthz", "/livez", "/openapi/v2", "/openapi/v3", "/openapi/v3/", "/readyz", "/version"}
-	for _, g := range getServing().disc.groups {
+	for _, g := range h.discovery().groups {
 		paths = append(paths, "/apis/"+g.Name)
 		for _, v := range g.Versions {
 			paths = append(paths, "/apis/"+v.GroupVersion)
@@ -104,7 +107,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if !h.readOnly(w, r) {
 			return
 		}
-		responsewriters.WriteRawJSON(http.StatusOK, metav1.RootPaths{Paths: rootPaths()}, w)
+		responsewriters.WriteRawJSON(http.StatusOK, metav1.RootPaths{Paths: h.rootPaths()}, w)
 		return
 	case path == "/healthz" || path == "/livez" || path == "/readyz" ||
 		strings.HasPrefix(path, "/healthz/") || strings.HasPrefix(path, "/livez/") || strings.HasPrefix(path, "/readyz/"):

@@ -24,6 +24,7 @@ import (
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/kinds"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
 
@@ -37,18 +38,48 @@ type reqScope struct {
 	name string
 	sub  string
 	verb string
+	// custom: a resource a CustomResourceDefinition defines in this cluster (printer: its columns).
+	custom  bool
+	printer kinds.Printer
+	// unknownFields lists a custom resource's fields its schema does not declare (nil: none).
+	unknownFields func(runtime.Object) []string
 }
 
 func (rq *reqScope) gr() schema.GroupResource { return rq.gvr.GroupResource() }
 
+// codecs encode and decode the resource's objects: typed built-in kinds in JSON, YAML and
+// protobuf; custom resources in JSON and YAML.
+func (rq *reqScope) codecs() runtime.NegotiatedSerializer {
+	if rq.custom {
+		return getServing().custom
+	}
+	return getServing().objects
+}
+
 func (h *handler) serveResource(w http.ResponseWriter, r *http.Request, info *apirequest.RequestInfo) {
 	gvr := schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource}
 	ri, ok := getServing().disc.byGVR[gvr]
+	custom := false
+	var printer kinds.Printer
+	var unknown func(runtime.Object) []string
+	if ok {
+		if s, found := kinds.For(gvr); found {
+			printer = s.Printer()
+		}
+	} else if info.APIPrefix == "apis" {
+		var s kinds.Strategy
+		if ri, s, ok = h.c.CustomResource(gvr); ok {
+			custom, printer = true, s.Printer()
+			if u, isU := s.(interface{ UnknownFields(runtime.Object) []string }); isU {
+				unknown = u.UnknownFields
+			}
+		}
+	}
 	if !ok || len(info.Parts) > 3 || (info.APIPrefix == "api" && info.APIGroup != "") {
 		h.writeError(w, r, notFound())
 		return
 	}
-	rq := &reqScope{w: w, r: r, ri: ri, gvr: gvr, ns: info.Namespace, verb: info.Verb}
+	rq := &reqScope{w: w, r: r, ri: ri, gvr: gvr, ns: info.Namespace, verb: info.Verb, custom: custom, printer: printer, unknownFields: unknown}
 	// The name comes from the path only: RequestInfo also fills it from a metadata.name field
 	// selector, which must stay a list.
 	if len(info.Parts) >= 2 {
@@ -125,7 +156,7 @@ func (h *handler) serveGet(rq *reqScope) {
 // the last GET, and the bytes go straight to the connection. It reports false, having written
 // nothing, when the request needs the general path.
 func (h *handler) serveGetEncoded(rq *reqScope) bool {
-	mt, info, err := negotiation.NegotiateOutputMediaType(rq.r, getServing().objects, restrictions{transforms: true})
+	mt, info, err := negotiation.NegotiateOutputMediaType(rq.r, rq.codecs(), restrictions{transforms: true})
 	if err != nil || mt.Convert != nil {
 		return false
 	}
@@ -432,7 +463,7 @@ func (h *handler) serveDeleteCollection(rq *reqScope) {
 // writeObject encodes a store object in the negotiated media type, converting it to a Table
 // or PartialObjectMetadata(List) when the client asks for that.
 func (h *handler) writeObject(rq *reqScope, code int, obj runtime.Object) {
-	h.writeWith(rq, code, obj, getServing().objects, rq.gvr.GroupVersion())
+	h.writeWith(rq, code, obj, rq.codecs(), rq.gvr.GroupVersion())
 }
 
 func (h *handler) writeWith(rq *reqScope, code int, obj runtime.Object, ns runtime.NegotiatedSerializer, gv schema.GroupVersion) {
@@ -485,7 +516,7 @@ func (h *handler) transform(rq *reqScope, obj runtime.Object, target schema.Grou
 		if err != nil {
 			return nil, err
 		}
-		return toTable(rq.ri, obj, opts, target.GroupVersion(), false)
+		return toTable(rq, obj, opts, target.GroupVersion(), false)
 	}
 	return nil, negotiation.NewNotAcceptableError([]string{"application/json"})
 }

@@ -6,6 +6,7 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	metainternalversionscheme "k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured/unstructuredscheme"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -25,6 +26,9 @@ type serving struct {
 	meta runtime.NegotiatedSerializer
 	// scale encodes autoscaling/v1 Scale, which the store does not keep.
 	scale runtime.NegotiatedSerializer
+	// custom encodes and decodes custom resources: JSON and YAML only, as kube-apiserver serves
+	// them (there is no protobuf for an unstructured object; clients fall back to JSON).
+	custom runtime.NegotiatedSerializer
 
 	disc *discoveryDocs
 }
@@ -43,6 +47,7 @@ func getServing() *serving {
 			objects: serializer.NewCodecFactory(store.Scheme()).WithoutConversion(),
 			meta:    metainternalversionscheme.Codecs,
 			scale:   serializer.NewCodecFactory(scaleScheme).WithoutConversion(),
+			custom:  unstructuredscheme.NewUnstructuredNegotiatedSerializer(),
 			disc:    buildDiscovery(store.Resources()),
 		}
 	})

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/kinds"
-	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
 
 // tableOptions reads includeObject and noHeaders like upstream.
@@ -29,12 +28,11 @@ func tableOptions(r *http.Request) (*metav1.TableOptions, error) {
 }
 
 // toTable converts an object or a list of them into a meta.k8s.io Table.
-func toTable(ri store.ResourceInfo, obj runtime.Object, opts *metav1.TableOptions, gv schema.GroupVersion, noHeaders bool) (*metav1.Table, error) {
-	strategy, ok := kinds.For(ri.GVR)
-	if !ok {
-		return nil, apierrors.NewInternalError(fmt.Errorf("no strategy for %v", ri.GVR))
+func toTable(rq *reqScope, obj runtime.Object, opts *metav1.TableOptions, gv schema.GroupVersion, noHeaders bool) (*metav1.Table, error) {
+	ri, p := rq.ri, rq.printer
+	if p.Cells == nil {
+		return nil, apierrors.NewInternalError(fmt.Errorf("no printer for %v", ri.GVR))
 	}
-	p := strategy.Printer()
 	t := &metav1.Table{}
 	t.SetGroupVersionKind(gv.WithKind("Table"))
 	if !noHeaders && !opts.NoHeaders {

@@ -29,13 +29,14 @@ const minWatchTimeout = 30 * time.Minute
 // frames in protobuf, each flushed as soon as it is written.
 func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
 	sv := getServing()
-	mt, info, err := negotiation.NegotiateOutputMediaType(rq.r, sv.objects, restrictions{transforms: true})
+	codecs := rq.codecs()
+	mt, info, err := negotiation.NegotiateOutputMediaType(rq.r, codecs, restrictions{transforms: true})
 	if err != nil {
 		h.writeError(rq.w, rq.r, err)
 		return
 	}
 	if info.StreamSerializer == nil || info.StreamSerializer.Framer == nil {
-		_, streaming := negotiation.MediaTypesForSerializer(sv.objects)
+		_, streaming := negotiation.MediaTypesForSerializer(codecs)
 		h.writeError(rq.w, rq.r, negotiation.NewNotAcceptableError(streaming))
 		return
 	}
@@ -45,8 +46,8 @@ func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
 		return
 	}
 	gv := rq.gvr.GroupVersion()
-	eventEnc := sv.objects.EncoderForVersion(info.StreamSerializer.Serializer, gv)
-	objEnc := sv.objects.EncoderForVersion(info.Serializer, gv)
+	eventEnc := codecs.EncoderForVersion(info.StreamSerializer.Serializer, gv)
+	objEnc := codecs.EncoderForVersion(info.Serializer, gv)
 	var tableOpts *metav1.TableOptions
 	if mt.Convert != nil {
 		metaInfo, ok := runtime.SerializerInfoForMediaType(sv.meta.SupportedMediaTypes(), info.MediaType)
@@ -97,7 +98,7 @@ func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
 		// A resourceVersion older than the history: like the watch cache, a 200 stream with one
 		// ERROR event carrying the 410, so that reflectors relist.
 		status := expired.Status()
-		h.writeEvent(framer, watch.Error, &status, sv.objects.EncoderForVersion(info.Serializer, gv), eventEnc)
+		h.writeEvent(framer, watch.Error, &status, codecs.EncoderForVersion(info.Serializer, gv), eventEnc)
 		flusher.Flush()
 		return
 	}
@@ -119,7 +120,7 @@ func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
 		}
 		enc := objEnc
 		if _, isStatus := obj.(*metav1.Status); isStatus {
-			enc = sv.objects.EncoderForVersion(info.Serializer, gv)
+			enc = codecs.EncoderForVersion(info.Serializer, gv)
 		}
 		if !h.writeEvent(framer, ev.Type, obj, enc, eventEnc) {
 			return
@@ -168,7 +169,7 @@ func (h *handler) writeEvent(framer io.Writer, typ watch.EventType, obj runtime.
 func (h *handler) transformWatched(rq *reqScope, obj runtime.Object, target schema.GroupVersionKind, tableOpts *metav1.TableOptions) (runtime.Object, error) {
 	gv := target.GroupVersion()
 	if target.Kind == "Table" {
-		return toTable(rq.ri, obj, tableOpts, gv, tableOpts.NoHeaders)
+		return toTable(rq, obj, tableOpts, gv, tableOpts.NoHeaders)
 	}
 	return partialMetadata(obj, gv)
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -35,10 +36,11 @@ var crdsGR = apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefi
 // customKinds is a cluster's set of CRD-defined resources. It is replaced, never modified, so
 // requests read it without the cluster's lock.
 type customKinds struct {
-	byGVR map[schema.GroupVersionResource]*servedResource // served versions
-	byGR  map[schema.GroupResource]*servedResource        // the storage version, served or not
-	byGVK map[schema.GroupVersionKind]*servedResource
-	byCRD map[string]customKind
+	generation uint64                                          // counts the replacements, so callers can cache what they derive
+	byGVR      map[schema.GroupVersionResource]*servedResource // served versions
+	byGR       map[schema.GroupResource]*servedResource        // the storage version, served or not
+	byGVK      map[schema.GroupVersionKind]*servedResource
+	byCRD      map[string]customKind
 }
 
 // customKind is what one CRD defines.
@@ -86,12 +88,13 @@ func (c *Cluster) resourceForKind(gvk schema.GroupVersionKind) (*servedResource,
 	return nil, false
 }
 
-// CustomResources returns the resources CRDs define in this cluster (served versions), for
-// discovery.
-func (c *Cluster) CustomResources() []ResourceInfo {
+// CustomResources returns the resources CRDs define in this cluster (served versions, by group,
+// then resource, then version from the most preferred, as discovery lists them), and a
+// generation that changes whenever they do.
+func (c *Cluster) CustomResources() ([]ResourceInfo, uint64) {
 	ck := c.custom.Load()
 	if ck == nil {
-		return nil
+		return nil, 0
 	}
 	out := make([]ResourceInfo, 0, len(ck.byGVR))
 	for _, b := range ck.byGVR {
@@ -104,9 +107,27 @@ func (c *Cluster) CustomResources() []ResourceInfo {
 		if a.GVR.Resource != b.GVR.Resource {
 			return compareStrings(a.GVR.Resource, b.GVR.Resource)
 		}
-		return compareStrings(a.GVR.Version, b.GVR.Version)
+		return -version.CompareKubeAwareVersionStrings(a.GVR.Version, b.GVR.Version)
 	})
-	return out
+	return out, ck.generation
+}
+
+// CustomResourcesGeneration changes whenever the resources CRDs define do.
+func (c *Cluster) CustomResourcesGeneration() uint64 {
+	if ck := c.custom.Load(); ck != nil {
+		return ck.generation
+	}
+	return 0
+}
+
+// CustomResource resolves a resource a CRD defines in this cluster, with its strategy.
+func (c *Cluster) CustomResource(gvr schema.GroupVersionResource) (ResourceInfo, kinds.Strategy, bool) {
+	if ck := c.custom.Load(); ck != nil {
+		if b, ok := ck.byGVR[gvr]; ok {
+			return b.info, b.strategy, true
+		}
+	}
+	return ResourceInfo{}, nil, false
 }
 
 func compareStrings(a, b string) int {
@@ -195,11 +216,16 @@ func (c *Cluster) setCustomKind(name string, ck *customKind) {
 	} else {
 		byCRD[name] = *ck
 	}
+	var gen uint64 = 1
+	if cur != nil {
+		gen = cur.generation + 1
+	}
 	next := &customKinds{
-		byGVR: map[schema.GroupVersionResource]*servedResource{},
-		byGR:  map[schema.GroupResource]*servedResource{},
-		byGVK: map[schema.GroupVersionKind]*servedResource{},
-		byCRD: byCRD,
+		generation: gen,
+		byGVR:      map[schema.GroupVersionResource]*servedResource{},
+		byGR:       map[schema.GroupResource]*servedResource{},
+		byGVK:      map[schema.GroupVersionKind]*servedResource{},
+		byCRD:      byCRD,
 	}
 	for _, k := range byCRD {
 		next.byGR[k.storage.info.GVR.GroupResource()] = k.storage

@@ -99,7 +99,8 @@ func TestCustomResourceDefinitionIsEstablishedAndServed(t *testing.T) {
 	g.Expect(crd.Status.StoredVersions).To(Equal([]string{"v1"}))
 
 	var served []string
-	for _, ri := range c.CustomResources() {
+	infos, _ := c.CustomResources()
+	for _, ri := range infos {
 		served = append(served, ri.GVR.String())
 	}
 	g.Expect(served).To(Equal([]string{widgetsGVR.String(), widgetsBetaG.String()}))
@@ -226,7 +227,8 @@ func TestDeletingACustomResourceDefinitionDeletesItsObjects(t *testing.T) {
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%v", err)
 	_, err = c.Get(widgetsGVR, "default", "held")
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the resource is no longer served: %v", err)
-	g.Expect(c.CustomResources()).To(BeEmpty())
+	infos, _ := c.CustomResources()
+	g.Expect(infos).To(BeEmpty())
 }
 
 // A CRD and its objects survive a restart, served again.
