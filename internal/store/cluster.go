@@ -117,6 +117,7 @@ func (c *Cluster) close() {
 	defer c.mu.Unlock()
 	c.closed = true
 	c.objs.Close()
+	c.releaseCustomKindsLocked()
 	if c.expiry != nil {
 		c.expiry.Stop()
 		c.expiry = nil

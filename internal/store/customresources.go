@@ -45,9 +45,9 @@ type customKinds struct {
 
 // customKind is what one CRD defines.
 type customKind struct {
-	generation int64 // of the CRD the resources were built from
-	storage    *servedResource
-	served     []*servedResource
+	key     specKey // of the CRD spec the resources were built from (customkindcache.go)
+	storage *servedResource
+	served  []*servedResource
 }
 
 // lookup resolves a served resource, built-in or defined by a CRD, or answers 404 like the API
@@ -151,7 +151,7 @@ func buildCustomKind(crd *apiextensionsv1.CustomResourceDefinition) (customKind,
 	if err != nil {
 		return customKind{}, err
 	}
-	ck := customKind{generation: crd.Generation}
+	var ck customKind
 	for _, s := range strategies {
 		b := &servedResource{info: s.Info(), strategy: s, status: s.StatusStrategy(), custom: true}
 		if b.info.GVR.Version == storageVersion {
@@ -164,9 +164,11 @@ func buildCustomKind(crd *apiextensionsv1.CustomResourceDefinition) (customKind,
 	if ck.storage == nil {
 		return customKind{}, fmt.Errorf("no storage version")
 	}
+	webhook := crd.Spec.Conversion != nil && crd.Spec.Conversion.Strategy == apiextensionsv1.WebhookConverter
 	for _, b := range ck.served {
 		if b != ck.storage {
 			b.storedAs = ck.storage
+			b.webhookConversion = webhook
 		}
 	}
 	return ck, nil
@@ -182,15 +184,9 @@ func (c *Cluster) customResourceDefinitionChangedLocked(old, obj client.Object) 
 		return
 	}
 	crd := obj.(*apiextensionsv1.CustomResourceDefinition)
-	cur := c.custom.Load()
-	if cur == nil || cur.byCRD[crd.Name].generation != crd.Generation || cur.byCRD[crd.Name].storage == nil {
-		ck, err := buildCustomKind(crd)
-		if err != nil {
-			klog.ErrorS(err, "Cannot serve the resources of a CustomResourceDefinition", "cluster", c.name, "crd", crd.Name)
-			c.setCustomKind(crd.Name, nil)
-		} else {
-			c.setCustomKind(crd.Name, &ck)
-		}
+	key, err := customKindKey(crd)
+	if cur := c.custom.Load(); err != nil || cur == nil || cur.byCRD[crd.Name].key != key {
+		c.serveCustomResourceDefinition(crd)
 	}
 	if crd.DeletionTimestamp != nil {
 		c.cleanUpCustomResourcesLocked(crd)
@@ -201,17 +197,32 @@ func (c *Cluster) customResourceDefinitionChangedLocked(old, obj client.Object) 
 	}
 }
 
-// setCustomKind replaces (ck nil: removes) what one CRD defines.
+// serveCustomResourceDefinition serves the resources crd defines, from the process-wide cache
+// of builds; a CRD that cannot be served (its schema is not structural) serves nothing.
+func (c *Cluster) serveCustomResourceDefinition(crd *apiextensionsv1.CustomResourceDefinition) {
+	ck, err := acquireCustomKind(crd)
+	if err != nil {
+		klog.ErrorS(err, "Cannot serve the resources of a CustomResourceDefinition", "cluster", c.name, "crd", crd.Name)
+		c.setCustomKind(crd.Name, nil)
+		return
+	}
+	c.setCustomKind(crd.Name, &ck)
+}
+
+// setCustomKind replaces (ck nil: removes) what one CRD defines, releasing the build it
+// replaces. Callers hold c.mu (or own the cluster, as while it loads or closes).
 func (c *Cluster) setCustomKind(name string, ck *customKind) {
 	cur := c.custom.Load()
 	byCRD := map[string]customKind{}
 	if cur != nil {
 		maps.Copy(byCRD, cur.byCRD)
 	}
+	if prev, ok := byCRD[name]; ok {
+		releaseCustomKind(prev.key)
+	} else if ck == nil {
+		return
+	}
 	if ck == nil {
-		if _, ok := byCRD[name]; !ok {
-			return
-		}
 		delete(byCRD, name)
 	} else {
 		byCRD[name] = *ck
@@ -337,12 +348,7 @@ func (c *Cluster) customResourceRemovedLocked(gr schema.GroupResource) {
 // loadCustomKindsLocked serves the CRDs loaded from disk. Callers hold c.mu.
 func (c *Cluster) loadCustomKindsLocked() {
 	for _, obj := range c.objs.Resource(crdsGR) {
-		crd := obj.(*apiextensionsv1.CustomResourceDefinition)
-		if ck, err := buildCustomKind(crd); err != nil {
-			klog.ErrorS(err, "Cannot serve the resources of a CustomResourceDefinition", "cluster", c.name, "crd", crd.Name)
-		} else {
-			c.setCustomKind(crd.Name, &ck)
-		}
+		c.serveCustomResourceDefinition(obj.(*apiextensionsv1.CustomResourceDefinition))
 	}
 }
 
@@ -404,4 +410,13 @@ func (c *Cluster) refuseCreateWhileTerminatingLocked(b *servedResource) error {
 		return apierrors.NewMethodNotSupported(gr, "create")
 	}
 	return nil
+}
+
+// releaseCustomKindsLocked gives back the builds a closing cluster holds. Callers hold c.mu.
+func (c *Cluster) releaseCustomKindsLocked() {
+	if cur := c.custom.Load(); cur != nil {
+		for name := range cur.byCRD {
+			c.setCustomKind(name, nil)
+		}
+	}
 }

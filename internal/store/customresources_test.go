@@ -253,3 +253,50 @@ func TestCustomResourcesSurviveRestart(t *testing.T) {
 	_, err = c.Create(widgetsGVR, "default", widget("small", map[string]any{"size": int64(0)}), CreateOptions{})
 	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "validated after the restart too: %v", err)
 }
+
+// Clusters holding an identical CRD share one build of it (schemas, validators, CEL programs);
+// the build goes with its last user.
+func TestIdenticalCustomResourceDefinitionsShareOneBuild(t *testing.T) {
+	g := NewWithT(t)
+	crd := widgetCRD()
+	crd.Name, crd.Spec.Group = "widgets.shared.example.com", "shared.example.com"
+	m := NewManager()
+	var clusters []*Cluster
+	for _, name := range []string{"ns/a", "ns/b", "ns/c"} {
+		c, err := m.AddCluster(name, ClusterOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		_, err = c.Create(crdsGVR, "", crd.DeepCopy(), CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		clusters = append(clusters, c)
+	}
+	g.Expect(customKindUsers(crd)).To(Equal(3))
+	a, _, _ := clusters[0].CustomResource(schema.GroupVersionResource{Group: "shared.example.com", Version: "v1", Resource: "widgets"})
+	b, _, _ := clusters[1].CustomResource(schema.GroupVersionResource{Group: "shared.example.com", Version: "v1", Resource: "widgets"})
+	g.Expect(a).To(Equal(b))
+
+	_, err := clusters[0].Delete(crdsGVR, "", crd.Name, DeleteOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(customKindUsers(crd)).To(Equal(2))
+	m.DeleteCluster("ns/b")
+	g.Expect(customKindUsers(crd)).To(Equal(1), "a deleted cluster gives its builds back")
+	m.DeleteCluster("ns/c")
+	g.Expect(customKindUsers(crd)).To(BeZero())
+}
+
+// A CRD converting through a webhook serves its storage version; other versions answer that
+// the webhook is not simulated.
+func TestWebhookConversionIsAnsweredAsNotSimulated(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	crd := widgetCRD()
+	crd.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.WebhookConverter,
+		Webhook: &apiextensionsv1.WebhookConversion{ConversionReviewVersions: []string{"v1"},
+			ClientConfig: &apiextensionsv1.WebhookClientConfig{URL: ptr.To("https://conversion.example.com")}}}
+	_, err := c.Create(crdsGVR, "", crd, CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.Create(widgetsGVR, "default", widget("w", map[string]any{}), CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.Get(widgetsBetaG, "default", "w")
+	g.Expect(apierrors.IsInternalError(err)).To(BeTrue(), "%v", err)
+	g.Expect(err.Error()).To(ContainSubstring("conversion webhook for example.com/v1beta1, Kind=Widget is not simulated by Goofy"))
+}

@@ -86,13 +86,13 @@ func fieldManagerFor(b *servedResource, subresource string) (*managedfields.Fiel
 	key := fieldManagerKey{b.info.GVK(), subresource}
 	fieldManagersMu.Lock()
 	defer fieldManagersMu.Unlock()
+	if b.custom {
+		return customFieldManager(b, subresource)
+	}
 	if fm, ok := fieldManagers[key]; ok {
 		return fm, nil
 	}
 	var reset map[fieldpath.APIVersion]fieldpath.Filter
-	if b.custom {
-		return customFieldManager(b, subresource, key)
-	}
 	if b.status != nil {
 		var set *fieldpath.Set
 		if subresource == "" {
@@ -137,7 +137,10 @@ func topLevelJSONFields(t reflect.Type) []string {
 // the deduced type converter (every list atomic), since Goofy does not yet build structured
 // merge schemas from CRDs. Status and main resource reset each other's fields as upstream's
 // custom resource strategies declare. Callers hold fieldManagersMu.
-func customFieldManager(b *servedResource, subresource string, key fieldManagerKey) (*managedfields.FieldManager, error) {
+func customFieldManager(b *servedResource, subresource string) (*managedfields.FieldManager, error) {
+	if fm, ok := b.customFieldManagers[subresource]; ok {
+		return fm, nil
+	}
 	var set *fieldpath.Set
 	if b.status != nil {
 		if subresource == "" {
@@ -157,6 +160,9 @@ func customFieldManager(b *servedResource, subresource string, key fieldManagerK
 	if err != nil {
 		return nil, err
 	}
-	fieldManagers[key] = fm
+	if b.customFieldManagers == nil {
+		b.customFieldManagers = map[string]*managedfields.FieldManager{}
+	}
+	b.customFieldManagers[subresource] = fm
 	return fm, nil
 }

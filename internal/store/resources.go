@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/kinds"
@@ -26,6 +27,13 @@ type servedResource struct {
 	goType reflect.Type // struct type of the kind; nil for a custom resource
 	// custom: a kind a CustomResourceDefinition defines; its objects are *unstructured.Unstructured.
 	custom bool
+	// customFieldManagers are a custom kind's field managers by subresource, guarded by
+	// fieldManagersMu: kept with the kind (not by GVK) since two clusters may define one GVK
+	// differently, and dropped with it.
+	customFieldManagers map[string]*managedfields.FieldManager
+	// webhookConversion: a custom kind's version whose CRD converts through a webhook, which Goofy
+	// does not call: its objects are answered with an error, the storage version serves them.
+	webhookConversion bool
 	// storedAs is the resource holding this one's objects when it is a view (views.go).
 	storedAs *servedResource
 }

@@ -22,7 +22,7 @@ import (
 // toView converts a stored object to the view's kind; the result shares maps and slices with obj.
 func (b *servedResource) toView(obj runtime.Object) (client.Object, error) {
 	if b.custom {
-		return convertUnstructured(obj, b.info.GVK())
+		return b.convertUnstructured(obj, b.info.GVK())
 	}
 	out := b.newObject()
 	if err := Scheme().Convert(obj, out, nil); err != nil {
@@ -35,7 +35,7 @@ func (b *servedResource) toView(obj runtime.Object) (client.Object, error) {
 // fromView converts an object of the view's kind to the stored kind.
 func (b *servedResource) fromView(obj runtime.Object) (client.Object, error) {
 	if b.custom {
-		return convertUnstructured(obj, b.storedAs.info.GVK())
+		return b.convertUnstructured(obj, b.storedAs.info.GVK())
 	}
 	out := b.storedAs.newObject()
 	if err := Scheme().Convert(obj, out, nil); err != nil {
@@ -162,8 +162,13 @@ func (c *Cluster) deleteCollectionView(b *servedResource, namespace string, list
 }
 
 // convertUnstructured converts a custom resource to another version of its CRD with the "None"
-// strategy: only apiVersion changes. The result shares everything but its top-level map.
-func convertUnstructured(obj runtime.Object, gvk schema.GroupVersionKind) (client.Object, error) {
+// strategy: only apiVersion changes. The result shares everything but its top-level map. A
+// CRD's conversion webhook is not simulated: that is the answer, as a 500 like a failing webhook.
+func (b *servedResource) convertUnstructured(obj runtime.Object, gvk schema.GroupVersionKind) (client.Object, error) {
+	if b.webhookConversion {
+		return nil, apierrors.NewInternalError(fmt.Errorf("conversion webhook for %s is not simulated by Goofy: only the storage version %s of this CustomResourceDefinition is served",
+			b.info.GVK(), b.storedAs.info.GVR.Version))
+	}
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
 		return nil, apierrors.NewInternalError(fmt.Errorf("a custom resource of type %T", obj))
