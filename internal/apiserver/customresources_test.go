@@ -95,6 +95,18 @@ func TestKubectlCustomResources(t *testing.T) {
 	out, _ = k.run("", "get", "widget", "w1", "-o", "jsonpath={.status.ready}")
 	g.Expect(out).To(Equal("true"))
 
+	// kubectl explain reads the CRD's schema from OpenAPI v3; server-side apply tracks fields.
+	out, _ = k.run("", "explain", "widgets.spec.size")
+	g.Expect(out).To(ContainSubstring("KIND:       Widget"))
+	g.Expect(out).To(ContainSubstring("FIELD: size <integer>"))
+	k.run("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: ssa}\nspec: {color: green}\n", "apply", "--server-side", "-f", "-")
+	out, _ = k.run("", "get", "widget", "ssa", "-o", "jsonpath={.metadata.managedFields[0].manager}/{.metadata.managedFields[0].operation}")
+	g.Expect(out).To(Equal("kubectl/Apply"))
+	code, _, body := env.do(t, "GET", "/openapi/v2", "", "application/json", "")
+	g.Expect(code).To(Equal(200))
+	g.Expect(body).To(ContainSubstring(`"com.example.v1.Widget"`), "v2 merges the CRD's definitions")
+	g.Expect(body).To(ContainSubstring(`"io.k8s.api.core.v1.Pod"`), "and keeps the built-in ones")
+
 	k.run("", "delete", "crd", "widgets.example.com")
 	_, stderr = k.runFailing("get", "widgets")
 	g.Expect(stderr).To(ContainSubstring("the server could not find the requested resource"))

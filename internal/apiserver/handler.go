@@ -50,6 +50,8 @@ type handler struct {
 	infoFact *apirequest.RequestInfoFactory
 	// custom is the discovery of a cluster with CRDs, built when they change.
 	custom atomic.Pointer[customDiscovery]
+	// customOpenAPI is the OpenAPI service of a cluster with CRDs, built when they change.
+	customOpenAPI atomic.Pointer[customOpenAPI]
 }
 
 // NewHandler returns the kube-apiserver HTTP surface of one workload cluster's store.
@@ -137,7 +139,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case path == "/openapi/v2" || path == "/openapi/v3" || strings.HasPrefix(path, "/openapi/v3/"):
 		if h.readOnly(w, r) {
-			serveOpenAPI(w, r)
+			h.serveOpenAPI(w, r)
 		}
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
@@ -12,6 +13,7 @@ import (
 	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	structuralpruning "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	"k8s.io/apiextensions-apiserver/pkg/controller/openapi/builder"
 	"k8s.io/apiextensions-apiserver/pkg/registry/customresource"
 	"k8s.io/apiextensions-apiserver/pkg/registry/customresource/tableconvertor"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/kube-openapi/pkg/spec3"
+	"k8s.io/kube-openapi/pkg/validation/spec"
 )
 
 // customResourceStrategy is the strategy of one served version of a kind a
@@ -38,6 +43,10 @@ type customResourceStrategy struct {
 	printer    Printer
 	selectable map[string]bool // fields.Set keys a field selector may use
 	attrs      func(runtime.Object) (fields.Set, error)
+	// openAPIV3 and openAPIV2 build the version's OpenAPI documents on first use (most clusters
+	// are never asked), with apiextensions-apiserver's own builder.
+	openAPIV3 func() (*spec3.OpenAPI, error)
+	openAPIV2 func() (*spec.Swagger, error)
 }
 
 // CustomResources returns the strategies of every served version of crd's kind, or why the CRD
@@ -151,6 +160,12 @@ func newCustomResourceStrategy(crd *apiextensionsv1.CustomResourceDefinition, v 
 	if statusSpec != nil {
 		s.status = customresource.NewStatusStrategy(upstream)
 	}
+	s.openAPIV3 = sync.OnceValues(func() (*spec3.OpenAPI, error) {
+		return builder.BuildOpenAPIV3(crd, v.Name, builder.Options{V2: false})
+	})
+	s.openAPIV2 = sync.OnceValues(func() (*spec.Swagger, error) {
+		return builder.BuildOpenAPIV2(crd, v.Name, builder.Options{V2: true})
+	})
 	if s.printer, err = customResourcePrinter(crd, v); err != nil {
 		return nil, err
 	}
@@ -251,4 +266,30 @@ func (s *customResourceStrategy) SelectableFields(obj runtime.Object) fields.Set
 		return metaFields(m, s.info.Namespaced)
 	}
 	return f
+}
+
+// OpenAPIV3 is the version's OpenAPI v3 document, as kube-apiserver publishes it under
+// /openapi/v3/apis/<group>/<version>.
+func (s *customResourceStrategy) OpenAPIV3() (*spec3.OpenAPI, error) { return s.openAPIV3() }
+
+// OpenAPIV2 is the version's part of the OpenAPI v2 document.
+func (s *customResourceStrategy) OpenAPIV2() (*spec.Swagger, error) { return s.openAPIV2() }
+
+// CustomResourceTypeConverter is the structured-merge-diff type converter of crd's kind, built as
+// kube-apiserver builds it for server-side apply: from the OpenAPI v3 schemas of every version
+// (list types and map keys as the schema declares them).
+func CustomResourceTypeConverter(crd *apiextensionsv1.CustomResourceDefinition) (managedfields.TypeConverter, error) {
+	var specs []*spec3.OpenAPI
+	for _, v := range crd.Spec.Versions {
+		doc, err := builder.BuildOpenAPIV3(crd, v.Name, builder.Options{})
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, doc)
+	}
+	merged, err := builder.MergeSpecsV3(specs...)
+	if err != nil {
+		return nil, err
+	}
+	return managedfields.NewTypeConverter(merged.Components.Schemas, crd.Spec.PreserveUnknownFields)
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -152,8 +154,9 @@ func buildCustomKind(crd *apiextensionsv1.CustomResourceDefinition) (customKind,
 		return customKind{}, err
 	}
 	var ck customKind
+	converter := sync.OnceValues(func() (managedfields.TypeConverter, error) { return kinds.CustomResourceTypeConverter(crd) })
 	for _, s := range strategies {
-		b := &servedResource{info: s.Info(), strategy: s, status: s.StatusStrategy(), custom: true}
+		b := &servedResource{info: s.Info(), strategy: s, status: s.StatusStrategy(), custom: true, typeConverter: converter}
 		if b.info.GVR.Version == storageVersion {
 			ck.storage = b
 		}

@@ -300,3 +300,35 @@ func TestWebhookConversionIsAnsweredAsNotSimulated(t *testing.T) {
 	g.Expect(apierrors.IsInternalError(err)).To(BeTrue(), "%v", err)
 	g.Expect(err.Error()).To(ContainSubstring("conversion webhook for example.com/v1beta1, Kind=Widget is not simulated by Goofy"))
 }
+
+// Server-side apply merges a custom resource's lists as its schema declares them: two managers
+// own two entries of a list-type map, neither removing the other's.
+func TestServerSideApplyUsesTheCRDSchema(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	crd := widgetCRD()
+	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	spec.Properties["ports"] = apiextensionsv1.JSONSchemaProps{
+		Type: "array", XListType: ptr.To("map"), XListMapKeys: []string{"name"},
+		Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{
+			Type: "object", Required: []string{"name"},
+			Properties: map[string]apiextensionsv1.JSONSchemaProps{"name": {Type: "string"}, "port": {Type: "integer"}},
+		}},
+	}
+	crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
+	_, err := c.Create(crdsGVR, "", crd, CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	apply := func(manager, port string) {
+		t.Helper()
+		_, err := c.Patch(widgetsGVR, "default", "w", types.ApplyYAMLPatchType, []byte(
+			"apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w}\nspec:\n  ports:\n  - {name: "+port+", port: 80}\n"),
+			PatchOptions{FieldManager: manager})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	apply("a", "http")
+	apply("b", "metrics")
+	w := getWidget(t, c, widgetsGVR, "w")
+	ports, _, _ := unstructured.NestedSlice(w.Object, "spec", "ports")
+	g.Expect(ports).To(HaveLen(2), "a list-type map keeps both managers' entries")
+	g.Expect(w.GetManagedFields()).To(HaveLen(2))
+}

@@ -134,9 +134,10 @@ func topLevelJSONFields(t reflect.Type) []string {
 }
 
 // customFieldManager is the field manager of a custom resource: apply and update tracking with
-// the deduced type converter (every list atomic), since Goofy does not yet build structured
-// merge schemas from CRDs. Status and main resource reset each other's fields as upstream's
-// custom resource strategies declare. Callers hold fieldManagersMu.
+// the type converter built from the CRD's schemas (kinds.CustomResourceTypeConverter; the
+// deduced one, every list atomic, if that cannot be built, as upstream falls back). Status and
+// main resource reset each other's fields as upstream's custom resource strategies declare.
+// Callers hold fieldManagersMu.
 func customFieldManager(b *servedResource, subresource string) (*managedfields.FieldManager, error) {
 	if fm, ok := b.customFieldManagers[subresource]; ok {
 		return fm, nil
@@ -155,7 +156,11 @@ func customFieldManager(b *servedResource, subresource string) (*managedfields.F
 			fieldpath.APIVersion(b.info.GVR.GroupVersion().String()): fieldpath.NewExcludeSetFilter(set),
 		}
 	}
-	fm, err := managedfields.NewDefaultCRDFieldManager(managedfields.NewDeducedTypeConverter(), unstructuredConvertor{}, noDefaults{},
+	converter, err := b.typeConverter()
+	if err != nil {
+		converter = managedfields.NewDeducedTypeConverter()
+	}
+	fm, err := managedfields.NewDefaultCRDFieldManager(converter, unstructuredConvertor{}, noDefaults{},
 		unstructuredCreater{}, b.info.GVK(), b.info.GVR.GroupVersion(), subresource, reset)
 	if err != nil {
 		return nil, err

@@ -34,6 +34,9 @@ type servedResource struct {
 	// webhookConversion: a custom kind's version whose CRD converts through a webhook, which Goofy
 	// does not call: its objects are answered with an error, the storage version serves them.
 	webhookConversion bool
+	// typeConverter is a custom kind's server-side apply schema, built on first use and shared
+	// by its versions.
+	typeConverter func() (managedfields.TypeConverter, error)
 	// storedAs is the resource holding this one's objects when it is a view (views.go).
 	storedAs *servedResource
 }
