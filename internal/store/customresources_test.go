@@ -269,12 +269,15 @@ func TestIdenticalCustomResourceDefinitionsShareOneBuild(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		clusters = append(clusters, c)
 	}
+	stored, err := clusters[0].Get(crdsGVR, "", crd.Name)
+	g.Expect(err).NotTo(HaveOccurred())
+	crd = stored.(*apiextensionsv1.CustomResourceDefinition) // as defaulted
 	g.Expect(customKindUsers(crd)).To(Equal(3))
 	a, _, _ := clusters[0].CustomResource(schema.GroupVersionResource{Group: "shared.example.com", Version: "v1", Resource: "widgets"})
 	b, _, _ := clusters[1].CustomResource(schema.GroupVersionResource{Group: "shared.example.com", Version: "v1", Resource: "widgets"})
 	g.Expect(a).To(Equal(b))
 
-	_, err := clusters[0].Delete(crdsGVR, "", crd.Name, DeleteOptions{})
+	_, err = clusters[0].Delete(crdsGVR, "", crd.Name, DeleteOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(customKindUsers(crd)).To(Equal(2))
 	m.DeleteCluster("ns/b")
@@ -331,4 +334,24 @@ func TestServerSideApplyUsesTheCRDSchema(t *testing.T) {
 	ports, _, _ := unstructured.NestedSlice(w.Object, "spec", "ports")
 	g.Expect(ports).To(HaveLen(2), "a list-type map keeps both managers' entries")
 	g.Expect(w.GetManagedFields()).To(HaveLen(2))
+}
+
+// CRDs are validated by apiextensions-apiserver's rules: a schema that is not structural, or a
+// CEL rule that does not compile, is refused with 422.
+func TestInvalidCustomResourceDefinitionsAreRefused(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	crd := widgetCRD()
+	crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = apiextensionsv1.JSONSchemaProps{} // no type
+	_, err := c.Create(crdsGVR, "", crd, CreateOptions{})
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+	g.Expect(err.Error()).To(ContainSubstring("spec.validation.openAPIV3Schema.properties[spec].type: Required value: must not be empty for specified object fields"))
+
+	crd = widgetCRD()
+	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	spec.XValidations = apiextensionsv1.ValidationRules{{Rule: "self.nosuchfield > 1"}}
+	crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
+	_, err = c.Create(crdsGVR, "", crd, CreateOptions{})
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+	g.Expect(err.Error()).To(ContainSubstring("compilation failed"))
 }
