@@ -86,10 +86,11 @@ envtest: ## Build (once, cached) kube-apiserver, kubectl, etcd and etcdctl from 
 	@hack/envtest.sh
 
 .PHONY: test
-test: ## Run all tests, envtest included (builds the envtest binaries first if needed).
+test: ## Run all tests, envtest included (builds the envtest binaries first if needed), and the Helm SDK test (test/helm, its own module).
 	@assets="$$(hack/envtest.sh)"; \
 	echo "KUBEBUILDER_ASSETS=$$assets"; \
-	KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) -timeout 45m ./...
+	KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) -timeout 45m ./... && \
+	go -C test/helm test $(GO_TEST_FLAGS) -timeout 10m ./...
 
 .PHONY: e2e
 e2e: ## Run the end-to-end suite against real CAPI (builds kube-controller-manager, the CAPI managers and clusterctl first, cached).
