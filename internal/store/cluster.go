@@ -33,6 +33,7 @@ type Cluster struct {
 	objs    *storage.Objects // the objects, their resourceVersions, history and disk copy
 	// custom is the resources CRDs define in this cluster (customresources.go).
 	custom atomic.Pointer[customKinds]
+	leases nodeLeases // the simulated kubelets' node leases (nodelease.go)
 	// deps indexes dependents by owner UID for garbage collection; nil until an object has owners.
 	deps     map[types.UID]map[objRef]struct{}
 	watchers map[*Watcher]struct{} // nil while nobody watches
@@ -96,6 +97,7 @@ func newCluster(name string, opts ClusterOptions, db *storage.DB) (*Cluster, err
 	}
 	if loaded {
 		c.loadCustomKindsLocked()
+		c.ensureNodeLeasesLocked()
 		return c, nil
 	}
 	b, _ := behaviorFor(namespacesGVR)
@@ -210,6 +212,7 @@ func (c *Cluster) Get(gvr schema.GroupVersionResource, namespace, name string) (
 	if namespace, err = b.requestNamespace(namespace); err != nil {
 		return nil, err
 	}
+	c.renewNodeLeases(gvr.GroupResource(), namespace)
 	c.mu.RLock()
 	obj := c.getLocked(gvr.GroupResource(), storage.Key(namespace, name))
 	c.mu.RUnlock()

@@ -116,7 +116,6 @@ func expectEvents(t testing.TB, w watch.Interface, want ...eventSummary) {
 
 var (
 	customResourceDefinitionsGVR = schemaGVR{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	leasesGVR                    = schemaGVR{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}
 	eventsV1GVR                  = schemaGVR{Group: "events.k8s.io", Version: "v1", Resource: "events"}
 )
 

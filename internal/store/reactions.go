@@ -34,6 +34,8 @@ func (c *Cluster) reactLocked(gr schema.GroupResource, old, obj client.Object) {
 		c.afterOwnersChanged(obj.GetNamespace(), old.GetOwnerReferences(), obj.GetOwnerReferences()) // gc.go
 	}
 	switch gr {
+	case nodesGR:
+		c.ensureNodeLeaseLocked(obj) // nodelease.go
 	case podsGR:
 		c.kubeletSawPod(old, obj) // kubelet.go
 	case crdsGR:

@@ -115,6 +115,7 @@ func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts 
 	if err := validateListOptions(opts, true); err != nil {
 		return nil, err
 	}
+	c.renewNodeLeases(gvr.GroupResource(), namespace)
 	sel, err := b.selectors(opts)
 	if err != nil {
 		return nil, err
