@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -47,6 +48,9 @@ var activeFaults = &faultBook{byObject: map[string][]string{}}
 func (b *faultBook) set(key string, kinds []string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if slices.Equal(b.byObject[key], kinds) {
+		return // the common case: nothing changed (no faults before nor now)
+	}
 	for _, k := range b.byObject[key] {
 		faultsActive.WithLabelValues(k).Dec()
 	}
