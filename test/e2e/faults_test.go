@@ -2,10 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -265,10 +269,49 @@ func TestFaultEtcdMemberRemediation(t *testing.T) {
 	t.Logf("remediated and healthy %.0fs after the member turned unhealthy", time.Since(start).Seconds())
 }
 
-// apiServer.errors 503 on nodes: kubectl shows kube-apiserver's error, everything else answers.
+// processMetric sums the samples of a metric on a manager's diagnostics endpoint (insecure in the
+// plane) whose labels contain every one of labels.
+func processMetric(ctx context.Context, g Gomega, process, metric string, labels ...string) float64 {
+	var addr string
+	for _, p := range plane.Processes() {
+		if p.Name != process {
+			continue
+		}
+		for _, a := range p.Args {
+			if v, ok := strings.CutPrefix(a, "--diagnostics-address="); ok {
+				addr = v
+			}
+		}
+	}
+	g.Expect(addr).NotTo(BeEmpty(), "no diagnostics address of %s", process)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	resp, err := http.DefaultClient.Do(req)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	g.Expect(err).NotTo(HaveOccurred())
+	var sum float64
+	for _, line := range strings.Split(string(body), "\n") {
+		name, rest, _ := strings.Cut(line, "{")
+		if name != metric {
+			continue
+		}
+		lbls, value, _ := strings.Cut(rest, "} ")
+		if !slices.ContainsFunc(labels, func(l string) bool { return !strings.Contains(lbls, l) }) {
+			v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			g.Expect(err).NotTo(HaveOccurred(), line)
+			sum += v
+		}
+	}
+	return sum
+}
+
+// apiServer.errors 503 on nodes: kubectl shows kube-apiserver's error, everything else answers;
+// CAPI retries (its logs say so) and its reconcile rate stays bounded (from its metrics).
 func TestFaultAPIServerErrors(t *testing.T) {
 	ctx, g := begin(t, 8*time.Minute)
-	healthyQS(ctx, t, g)
+	s := healthyQS(ctx, t, g)
 	kubeconfig := filepath.Join(plane.OutputDir(), "qs.kubeconfig")
 	g.Expect(plane.WriteWorkloadKubeconfig(ctx, ns, "qs", kubeconfig)).To(Succeed())
 	kubectl := func(args ...string) (string, error) {
@@ -282,6 +325,44 @@ func TestFaultAPIServerErrors(t *testing.T) {
 		Should(ContainSubstring("Error from server (ServiceUnavailable): the server is currently unable to handle the request"))
 	out, err := kubectl("get", "pods", "-n", "kube-system")
 	g.Expect(err).NotTo(HaveOccurred(), out)
+
+	// CAPI's informers keep the watches they opened before the fault: break the connections for a
+	// moment, so that every client of the cluster has to list its Nodes again, and count over a
+	// window what they do against the failing API: their retries (Goofy's counter of 503 answers
+	// to node requests, CAPI's logs) and CAPI core's Machine reconciles.
+	rejected := func() float64 {
+		return processMetric(ctx, g, "goofy", "goofy_mux_requests_total", `resource="nodes"`, `code="503"`)
+	}
+	reconciles := func() (total, errs float64) {
+		return processMetric(ctx, g, "capi", "controller_runtime_reconcile_total", `controller="machine"`),
+			processMetric(ctx, g, "capi", "controller_runtime_reconcile_errors_total", `controller="machine"`)
+	}
+	sim := &infrav1.ClusterSimulation{APIServer: &infrav1.APIServerSimulation{Errors: []infrav1.APIErrorFault{
+		{Resources: []string{"nodes"}, Code: 503, Ratio: "1"},
+	}}}
+	setClusterFaults(ctx, g, "qs", &infrav1.ClusterSimulation{Unreachable: true, APIServer: sim.APIServer})
+	g.Eventually(func() error { return dial(s.Cluster.Spec.ControlPlaneEndpoint) }, 10*time.Second).ShouldNot(Succeed())
+	setClusterFaults(ctx, g, "qs", sim)
+	const window = 30 * time.Second
+	rejected0 := rejected()
+	total0, errs0 := reconciles()
+	time.Sleep(window)
+	rejected1 := rejected()
+	total1, errs1 := reconciles()
+	logged := 0
+	for _, name := range []string{"capi", "capi-kubeadm-control-plane", "capi-kubeadm-bootstrap"} {
+		if data, err := os.ReadFile(plane.LogFiles()[name]); err == nil {
+			logged += strings.Count(string(data), "the server is currently unable to handle the request")
+		}
+	}
+	retries, rate := (rejected1-rejected0)/window.Seconds(), (total1-total0)/window.Seconds()
+	t.Logf("over %s with 503 on nodes after the connections broke: %.0f node requests answered 503 (%.2f/s), "+
+		"CAPI core's machine controller %.0f reconciles (%.2f/s, %.0f errors); %d lines of the CAPI managers' logs carry the 503",
+		window, rejected1-rejected0, retries, total1-total0, rate, errs1-errs0, logged)
+	g.Expect(rejected1-rejected0).To(BeNumerically(">", 0), "nobody retried the node requests")
+	g.Expect(logged).To(BeNumerically(">", 0), "the CAPI managers' logs do not show the failing requests")
+	g.Expect(retries).To(BeNumerically("<", 20), "the clients of the failing cluster retry without bound")
+	g.Expect(rate).To(BeNumerically("<", 10), "CAPI's machine controller spins on the failing cluster")
 	setClusterFaults(ctx, g, "qs", nil)
 	g.Eventually(func() error { _, err := kubectl("get", "nodes"); return err }, time.Minute).Should(Succeed())
 	waitFor(ctx, t, g, "qs", 3*time.Minute, "a healthy control plane and 2 workers",
@@ -341,4 +422,59 @@ func TestFaultAPILatency(t *testing.T) {
 			return apierrors.IsNotFound(err)
 		}, 5*time.Minute, 2*time.Second).Should(BeTrue(), "GoofyCluster %s not deleted", name)
 	}
+}
+
+// apiServer.errors 503 with ratio 0.2 on all verbs across 20 clusters: every cluster still reaches
+// Available. A round without faults, then one with them, through a manager of their own in the
+// stress namespace (as TestStress; its listener ports).
+func TestFaultErrorsAtScale(t *testing.T) {
+	slowFaults(t)
+	const clusters = 20
+	ctx, g := begin(t, 2*(stressAvailableTimeout+stressDeleteTimeout)+2*time.Minute)
+	first, err := freeConsecutivePorts(2*clusters, stressPorts)
+	g.Expect(err).NotTo(HaveOccurred())
+	mgr, err := plane.StartGoofyManager(ctx, harness.GoofyManagerSpec{
+		Name:              "goofy-faults",
+		ListenerPortRange: fmt.Sprintf("%d-%d", first, first+2*clusters-1),
+		Args:              []string{"--namespace=" + stressNamespace, "--kube-api-qps=100", "--kube-api-burst=200"},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() {
+		if err := deleteStressClusters(context.Background()); err != nil {
+			t.Logf("cleaning up: %v", err)
+		}
+		mgr.Stop(10 * time.Second)
+	})
+	g.Expect(plane.EnsureNamespace(ctx, stressNamespace)).To(Succeed())
+	data, err := os.ReadFile(filepath.Join(repoRoot, "templates", "cluster-template.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	const gcSpec = "kind: GoofyCluster\nmetadata:\n  name: ${CLUSTER_NAME}\n  namespace: ${NAMESPACE}\nspec:\n"
+	faulty := strings.Replace(string(data), gcSpec, gcSpec+"  simulation:\n    apiServer:\n      errors:\n      - {code: 503, ratio: \"0.2\"}\n", 1)
+	took := map[string]float64{}
+	for round, tmpl := range []string{string(data), faulty} {
+		label := []string{"without faults", "with 503 on a fifth of all requests"}[round]
+		names := make([]string, clusters)
+		manifests := make([][]byte, clusters)
+		for i := range clusters {
+			names[i] = fmt.Sprintf("faults-%d-%02d", round, i)
+			manifests[i], err = harness.RenderTemplate([]byte(tmpl), map[string]string{
+				"CLUSTER_NAME": names[i], "NAMESPACE": stressNamespace,
+				"CONTROL_PLANE_MACHINE_COUNT": "1", "WORKER_MACHINE_COUNT": strconv.Itoa(i % 2),
+				"GOOFY_VM_STARTUP_DURATION": stressPhase, "GOOFY_NODE_STARTUP_DURATION": stressPhase,
+				"GOOFY_ETCD_STARTUP_DURATION": stressPhase, "GOOFY_APISERVER_STARTUP_DURATION": stressPhase,
+			})
+			g.Expect(err).NotTo(HaveOccurred())
+		}
+		start := time.Now()
+		applyAll(ctx, g, manifests, names)
+		waitStressAvailable(ctx, t, g, names, start)
+		took[label] = time.Since(start).Seconds()
+		failed := processMetric(ctx, g, "goofy-faults", "goofy_mux_requests_total", `code="503"`)
+		t.Logf("%d clusters %s: all Available %.1fs after the first apply (%.0f requests answered 503 so far)", clusters, label, took[label], failed)
+		if round == 1 {
+			g.Expect(failed).To(BeNumerically(">", 0), "no request failed")
+		}
+		g.Expect(deleteStressClusters(ctx)).To(Succeed())
+	}
+	g.Expect(mgr.Running()).To(BeTrue(), "the manager exited (log: %s)", mgr.LogFile)
 }
