@@ -70,9 +70,13 @@ func checkOwnersFinalizersAndStability(topologyManaged bool) func(framework.Clus
 		framework.ValidateOwnerReferencesResilience(ctx, proxy, namespace, clusterName, filter, owners...)
 		By("Checking that owner references are updated to the correct API version")
 		framework.ValidateOwnerReferencesOnUpdate(ctx, proxy, namespace, clusterName, filter, owners...)
+		coreFinalizers := framework.CoreFinalizersAssertionWithLegacyClusters
+		if topologyManaged {
+			coreFinalizers = framework.CoreFinalizersAssertionWithClassyClusters
+		}
 		By("Checking that finalizers are resilient")
 		framework.ValidateFinalizersResilience(ctx, proxy, namespace, clusterName, filter,
-			framework.CoreFinalizersAssertionWithLegacyClusters,
+			coreFinalizers,
 			framework.KubeadmControlPlaneFinalizersAssertion,
 			framework.ExpFinalizersAssertion,
 			goofyFinalizersAssertion,

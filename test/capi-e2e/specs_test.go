@@ -70,8 +70,10 @@ var _ = Describe("ClusterClassChangesSpec", func() {
 			ModifyMachineDeploymentBootstrapConfigTemplateFields: map[string]any{
 				"spec.template.spec.verbosity": int64(4),
 			},
+			// A field the goofy ClusterClass's own patches leave alone (they set the phase
+			// durations from variables, which would override a change of those).
 			ModifyMachineDeploymentInfrastructureMachineTemplateFields: map[string]any{
-				"spec.template.spec.backend.inMemory.vm.provisioning.startupDuration": "2s",
+				"spec.template.spec.capacity.memory": "16Gi",
 			},
 		}
 	})
@@ -85,7 +87,22 @@ var _ = Describe("ClusterClassRolloutSpec", func() {
 			BootstrapClusterProxy: bootstrapClusterProxy,
 			ArtifactFolder:        artifactFolder,
 			SkipCleanup:           skipCleanup,
-			Flavor:                "topology",
+			Flavor:                "topology-taints",
+		}
+	})
+})
+
+// KCPAndMachineDeploymentRolloutSpec is v1.14's rollout spec for KCP and MachineDeployments
+// (in-place changes, Machine taints propagated to Nodes, then a rollout of both).
+var _ = Describe("KCPAndMachineDeploymentRolloutSpec", func() {
+	e2e.KCPAndMachineDeploymentRolloutSpec(ctx, func() e2e.KCPAndMachineDeploymentRolloutSpecInput {
+		return e2e.KCPAndMachineDeploymentRolloutSpecInput{
+			E2EConfig:             e2eConfig,
+			ClusterctlConfigPath:  clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy,
+			ArtifactFolder:        artifactFolder,
+			SkipCleanup:           skipCleanup,
+			Flavor:                "kcp-md-taints",
 		}
 	})
 })

@@ -94,6 +94,8 @@ var _ = BeforeSuite(func() {
 	})
 
 	By("Starting the management plane (the specs' existing bootstrap cluster)")
+	// The alpha feature CAPI's e2e configuration enables and the rollout specs use.
+	harness.EnableCAPIFeatureGates("MachineTaintPropagation")
 	// The plane's own ports are free ports the kernel picked and released again: on a machine
 	// shared with other test runs one can be taken before its manager binds it, so a failed start
 	// is tried again (on a fresh output directory).
