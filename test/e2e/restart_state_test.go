@@ -10,9 +10,13 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
@@ -38,17 +42,22 @@ type workloadState struct {
 const (
 	crsAddonName = "restart-addon"   // the ClusterResourceSet and its ConfigMap in the management cluster
 	crsObject    = "applied-by-crs"  // the ConfigMap it applies to the workload cluster
+	crsGadget    = "gadget-by-crs"   // the custom resource (of a CRD it applies too) and Deployment it applies
 	userCMName   = "written-by-user" // a ConfigMap a user writes into the workload cluster
 	userLabel    = "e2e.goofy.dev/user"
 	userTaint    = "e2e.goofy.dev/user-taint"
 )
 
-func workloadREST(ctx context.Context, g Gomega, cluster string) *kubernetes.Clientset {
+func workloadConfig(ctx context.Context, g Gomega, cluster string) *rest.Config {
 	sec := &corev1.Secret{}
 	g.Expect(plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster + "-kubeconfig"}, sec)).To(Succeed())
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(sec.Data["value"])
 	g.Expect(err).NotTo(HaveOccurred())
-	cs, err := kubernetes.NewForConfig(cfg)
+	return cfg
+}
+
+func workloadREST(ctx context.Context, g Gomega, cluster string) *kubernetes.Clientset {
+	cs, err := kubernetes.NewForConfig(workloadConfig(ctx, g, cluster))
 	g.Expect(err).NotTo(HaveOccurred())
 	return cs
 }
@@ -57,6 +66,8 @@ func workloadREST(ctx context.Context, g Gomega, cluster string) *kubernetes.Cli
 // (a ConfigMap, a Node label and taint), and starts an informer on its ConfigMaps.
 func prepareWorkloadState(ctx context.Context, t *testing.T, g Gomega, cluster string) *workloadState {
 	t.Helper()
+	// The add-on: a CRD, one of its objects and a Deployment, as an add-on ships them, and the
+	// ConfigMap the restart checks. CRS applies the documents in order.
 	addon := fmt.Sprintf(`apiVersion: v1
 kind: ConfigMap
 metadata:
@@ -64,6 +75,48 @@ metadata:
   namespace: %[2]s
 data:
   addon.yaml: |
+    apiVersion: apiextensions.k8s.io/v1
+    kind: CustomResourceDefinition
+    metadata:
+      name: gadgets.addons.example.com
+    spec:
+      group: addons.example.com
+      scope: Namespaced
+      names: {plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}
+      versions:
+      - name: v1
+        served: true
+        storage: true
+        schema:
+          openAPIV3Schema:
+            type: object
+            properties:
+              spec:
+                type: object
+                properties:
+                  mode: {type: string, default: standard}
+    ---
+    apiVersion: addons.example.com/v1
+    kind: Gadget
+    metadata:
+      name: %[4]s
+      namespace: default
+    spec: {}
+    ---
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata:
+      name: %[4]s
+      namespace: default
+    spec:
+      replicas: 1
+      selector: {matchLabels: {app: %[4]s}}
+      template:
+        metadata: {labels: {app: %[4]s}}
+        spec:
+          containers:
+          - {name: addon, image: registry.invalid/addon:1.0}
+    ---
     apiVersion: v1
     kind: ConfigMap
     metadata:
@@ -84,7 +137,7 @@ spec:
   resources:
   - kind: ConfigMap
     name: %[1]s
-`, crsAddonName, ns, crsObject)
+`, crsAddonName, ns, crsObject, crsGadget)
 	_, err := plane.Apply(ctx, []byte(addon))
 	g.Expect(err).NotTo(HaveOccurred())
 	c := &clusterv1.Cluster{}
@@ -101,6 +154,12 @@ spec:
 		_, err := cs.CoreV1().ConfigMaps("default").Get(ctx, crsObject, metav1.GetOptions{})
 		return err
 	}, 2*time.Minute).Should(Succeed(), "the ClusterResourceSet did not apply its ConfigMap")
+	g.Eventually(func() (bool, error) { return crsApplied(ctx, cluster) }, 2*time.Minute).Should(BeTrue(),
+		"the ClusterResourceSetBinding does not report the add-on applied")
+	gadget := checkGadget(ctx, g, cluster)
+	g.Expect(gadget.Object).To(HaveKeyWithValue("spec", HaveKeyWithValue("mode", "standard")), "defaulted by the CRD's schema")
+	_, err = cs.AppsV1().Deployments("default").Get(ctx, crsGadget, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred(), "the ClusterResourceSet's Deployment")
 
 	cm, err := cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: userCMName, Labels: map[string]string{userLabel: "yes"}},
@@ -154,6 +213,7 @@ func (s *workloadState) checkAfterRestart(ctx context.Context, t *testing.T, g G
 	g.Expect(cm.Data).To(HaveKeyWithValue("k", "before"))
 	_, err = cs.CoreV1().ConfigMaps("default").Get(ctx, crsObject, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred(), "the ClusterResourceSet's ConfigMap is gone after the restart")
+	checkGadget(ctx, g, s.cluster) // a custom resource survives the restart, served by its restored CRD
 	node, err := cs.CoreV1().Nodes().Get(ctx, s.nodeName, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(node.Labels).To(HaveKeyWithValue(userLabel, "kept"), "the user's Node label")
@@ -186,4 +246,42 @@ func (s *workloadState) checkAfterRestart(ctx context.Context, t *testing.T, g G
 	for _, m := range st.Machines {
 		g.Expect(m.Status.NodeRef.IsDefined()).To(BeTrue(), "machine %s has no nodeRef", m.Name)
 	}
+}
+
+var gadgetsGVR = schema.GroupVersionResource{Group: "addons.example.com", Version: "v1", Resource: "gadgets"}
+
+// checkGadget reads the custom resource the ClusterResourceSet applied, through client-go's
+// dynamic client.
+func checkGadget(ctx context.Context, g Gomega, cluster string) *unstructured.Unstructured {
+	dyn, err := dynamic.NewForConfig(workloadConfig(ctx, g, cluster))
+	g.Expect(err).NotTo(HaveOccurred())
+	obj, err := dyn.Resource(gadgetsGVR).Namespace("default").Get(ctx, crsGadget, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred(), "the custom resource the ClusterResourceSet applied")
+	return obj
+}
+
+// crsApplied reports whether the cluster's ClusterResourceSetBinding has every resource of the
+// add-on applied.
+func crsApplied(ctx context.Context, cluster string) (bool, error) {
+	b := &unstructured.Unstructured{}
+	b.SetGroupVersionKind(schema.GroupVersionKind{Group: "addons.cluster.x-k8s.io", Version: "v1beta2", Kind: "ClusterResourceSetBinding"})
+	if err := plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster}, b); err != nil {
+		return false, err
+	}
+	bindings, _, _ := unstructured.NestedSlice(b.Object, "spec", "bindings")
+	for _, entry := range bindings {
+		m, _ := entry.(map[string]any)
+		if name, _, _ := unstructured.NestedString(m, "clusterResourceSetName"); name != crsAddonName {
+			continue
+		}
+		resources, _, _ := unstructured.NestedSlice(m, "resources")
+		for _, r := range resources {
+			rm, _ := r.(map[string]any)
+			if applied, _, _ := unstructured.NestedBool(rm, "applied"); !applied {
+				return false, nil
+			}
+		}
+		return len(resources) > 0, nil
+	}
+	return false, nil
 }
