@@ -24,7 +24,9 @@ spec:
   - name: v1
     served: true
     storage: true
-    subresources: {status: {}}
+    subresources:
+      status: {}
+      scale: {specReplicasPath: .spec.size, statusReplicasPath: .status.replicas}
     additionalPrinterColumns:
     - {name: Size, type: integer, jsonPath: .spec.size}
     schema:
@@ -42,6 +44,7 @@ spec:
             type: object
             properties:
               ready: {type: boolean}
+              replicas: {type: integer}
   - name: v1beta1
     served: true
     storage: false
@@ -94,6 +97,16 @@ func TestKubectlCustomResources(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	out, _ = k.run("", "get", "widget", "w1", "-o", "jsonpath={.status.ready}")
 	g.Expect(out).To(Equal("true"))
+
+	// kubectl scale through the CRD's scale subresource (spec.size is its replicas path).
+	k.run("", "scale", "widget", "w1", "--replicas=4")
+	out, _ = k.run("", "get", "widget", "w1", "-o", "jsonpath={.spec.size}")
+	g.Expect(out).To(Equal("4"))
+	out, _ = k.run("", "get", "--raw", "/apis/example.com/v1/namespaces/default/widgets/w1/scale")
+	g.Expect(out).To(ContainSubstring(`"kind":"Scale"`))
+	g.Expect(out).To(ContainSubstring(`"spec":{"replicas":4}`))
+	_, stderr = k.runExpecting(false, "", "scale", "widget", "w1", "--replicas=11")
+	g.Expect(stderr).To(ContainSubstring("size must be at most 10"), "the scaled object is validated by the CRD's rules")
 
 	// kubectl explain reads the CRD's schema from OpenAPI v3; server-side apply tracks fields.
 	out, _ = k.run("", "explain", "widgets.spec.size")

@@ -43,6 +43,7 @@ type reqScope struct {
 	printer kinds.Printer
 	// unknownFields lists a custom resource's fields its schema does not declare (nil: none).
 	unknownFields func(runtime.Object) []string
+	scale         *kinds.Scale // the scale subresource's mapping, nil without one
 }
 
 func (rq *reqScope) gr() schema.GroupResource { return rq.gvr.GroupResource() }
@@ -62,14 +63,15 @@ func (h *handler) serveResource(w http.ResponseWriter, r *http.Request, info *ap
 	custom := false
 	var printer kinds.Printer
 	var unknown func(runtime.Object) []string
+	var scale *kinds.Scale
 	if ok {
 		if s, found := kinds.For(gvr); found {
-			printer = s.Printer()
+			printer, scale = s.Printer(), s.Scale()
 		}
 	} else if info.APIPrefix == "apis" {
 		var s kinds.Strategy
 		if ri, s, ok = h.c.CustomResource(gvr); ok {
-			custom, printer = true, s.Printer()
+			custom, printer, scale = true, s.Printer(), s.Scale()
 			if u, isU := s.(interface{ UnknownFields(runtime.Object) []string }); isU {
 				unknown = u.UnknownFields
 			}
@@ -79,7 +81,7 @@ func (h *handler) serveResource(w http.ResponseWriter, r *http.Request, info *ap
 		h.writeError(w, r, notFound())
 		return
 	}
-	rq := &reqScope{w: w, r: r, ri: ri, gvr: gvr, ns: info.Namespace, verb: info.Verb, custom: custom, printer: printer, unknownFields: unknown}
+	rq := &reqScope{w: w, r: r, ri: ri, gvr: gvr, ns: info.Namespace, verb: info.Verb, custom: custom, printer: printer, unknownFields: unknown, scale: scale}
 	// The name comes from the path only: RequestInfo also fills it from a metadata.name field
 	// selector, which must stay a list.
 	if len(info.Parts) >= 2 {

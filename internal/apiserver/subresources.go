@@ -104,14 +104,12 @@ func (h *handler) serveSubresource(rq *reqScope) {
 
 // --- scale ---
 
-// scaleOf reads the autoscaling/v1 Scale view of a scalable workload.
-func scaleOf(gvr schema.GroupVersionResource, obj runtime.Object) (*autoscalingv1.Scale, *kinds.Scale, error) {
-	strategy, ok := kinds.For(gvr)
-	if !ok || strategy.Scale() == nil {
-		return nil, nil, apierrors.NewInternalError(fmt.Errorf("%v has no scale subresource", gvr))
+// scaleOf reads the autoscaling/v1 Scale view of a scalable workload (or custom resource).
+func scaleOf(rq *reqScope, obj runtime.Object) (*autoscalingv1.Scale, *kinds.Scale, error) {
+	if rq.scale == nil {
+		return nil, nil, apierrors.NewInternalError(fmt.Errorf("%v has no scale subresource", rq.gvr))
 	}
-	scale := strategy.Scale()
-	return scale.ScaleOf(obj), scale, nil
+	return rq.scale.ScaleOf(obj), rq.scale, nil
 }
 
 // serveScale translates the scale subresource onto the workload's spec.replicas.
@@ -123,7 +121,7 @@ func (h *handler) serveScale(rq *reqScope) {
 		h.writeError(rq.w, rq.r, err)
 		return
 	}
-	cur, scale, err := scaleOf(rq.gvr, obj)
+	cur, scale, err := scaleOf(rq, obj)
 	if err != nil {
 		h.writeError(rq.w, rq.r, err)
 		return

@@ -47,6 +47,7 @@ type customResourceStrategy struct {
 	// are never asked), with apiextensions-apiserver's own builder.
 	openAPIV3 func() (*spec3.OpenAPI, error)
 	openAPIV2 func() (*spec.Swagger, error)
+	scale     *Scale // nil without a scale subresource
 }
 
 // CustomResources returns the strategies of every served version of crd's kind, or why the CRD
@@ -130,8 +131,10 @@ func newCustomResourceStrategy(crd *apiextensionsv1.CustomResourceDefinition, v 
 			}
 		}
 	}
+	var scale *Scale
 	if subresources != nil && subresources.Scale != nil {
-		// Validated as upstream (the replicas paths), not yet served: not listed in discovery.
+		info.Subresources = append(info.Subresources, "scale")
+		scale = customResourceScale(subresources.Scale)
 		scaleSpec = &apiextensions.CustomResourceSubresourceScale{}
 		if err := apiextensionsv1.Convert_v1_CustomResourceSubresourceScale_To_apiextensions_CustomResourceSubresourceScale(subresources.Scale, scaleSpec, nil); err != nil {
 			return nil, err
@@ -150,6 +153,7 @@ func newCustomResourceStrategy(crd *apiextensionsv1.CustomResourceDefinition, v 
 			return f, err
 		},
 		selectable: map[string]bool{"metadata.name": true},
+		scale:      scale,
 	}
 	if namespaced {
 		s.selectable["metadata.namespace"] = true
@@ -216,8 +220,34 @@ func (s *customResourceStrategy) Info() ResourceInfo                      { retu
 func (s *customResourceStrategy) StatusStrategy() rest.RESTUpdateStrategy { return s.status }
 func (s *customResourceStrategy) Printer() Printer                        { return s.printer }
 
-// Scale: a custom resource's scale subresource is not served yet (its paths are validated).
-func (s *customResourceStrategy) Scale() *Scale { return nil }
+func (s *customResourceStrategy) Scale() *Scale { return s.scale }
+
+// customResourceScale maps the Scale view onto the paths a CRD's scale subresource names, as
+// upstream: desired replicas from specReplicasPath, current from statusReplicasPath (0 when
+// unset), the selector string from labelSelectorPath if given.
+func customResourceScale(spec *apiextensionsv1.CustomResourceSubresourceScale) *Scale {
+	path := func(p string) []string { return strings.Split(strings.TrimPrefix(p, "."), ".") }
+	specPath, statusPath := path(spec.SpecReplicasPath), path(spec.StatusReplicasPath)
+	var selectorPath []string
+	if spec.LabelSelectorPath != nil {
+		selectorPath = path(*spec.LabelSelectorPath)
+	}
+	return &Scale{
+		Read: func(obj runtime.Object) (int32, int32, string) {
+			u := obj.(*unstructured.Unstructured).Object
+			desired, _, _ := unstructured.NestedInt64(u, specPath...)
+			current, _, _ := unstructured.NestedInt64(u, statusPath...)
+			var selector string
+			if selectorPath != nil {
+				selector, _, _ = unstructured.NestedString(u, selectorPath...)
+			}
+			return int32(desired), int32(current), selector
+		},
+		SetReplicas: func(obj runtime.Object, n int32) {
+			_ = unstructured.SetNestedField(obj.(*unstructured.Unstructured).Object, int64(n), specPath...)
+		},
+	}
+}
 
 // Both halves of the embedded strategies declare these; the create half answers for both.
 func (s *customResourceStrategy) NamespaceScoped() bool { return s.info.Namespaced }

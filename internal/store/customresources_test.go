@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -354,4 +355,32 @@ func TestInvalidCustomResourceDefinitionsAreRefused(t *testing.T) {
 	_, err = c.Create(crdsGVR, "", crd, CreateOptions{})
 	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 	g.Expect(err.Error()).To(ContainSubstring("compilation failed"))
+}
+
+// A CRD's selectableFields can be used in field selectors; other fields cannot, as upstream.
+func TestCustomResourceSelectableFields(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	crd := widgetCRD()
+	for i := range crd.Spec.Versions {
+		crd.Spec.Versions[i].SelectableFields = []apiextensionsv1.SelectableField{{JSONPath: ".spec.color"}}
+	}
+	_, err := c.Create(crdsGVR, "", crd, CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	for name, color := range map[string]string{"r": "red", "b": "blue"} {
+		_, err := c.Create(widgetsGVR, "default", widget(name, map[string]any{"color": color}), CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	sel, err := fields.ParseSelector("spec.color=red")
+	g.Expect(err).NotTo(HaveOccurred())
+	list, err := c.List(widgetsGVR, "default", ListOptions{FieldSelector: sel})
+	g.Expect(err).NotTo(HaveOccurred())
+	items := list.(*unstructured.UnstructuredList).Items
+	g.Expect(items).To(HaveLen(1))
+	g.Expect(items[0].GetName()).To(Equal("r"))
+
+	sel, err = fields.ParseSelector("spec.size=3")
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.List(widgetsGVR, "default", ListOptions{FieldSelector: sel})
+	g.Expect(apierrors.IsBadRequest(err)).To(BeTrue(), "%v", err)
 }
