@@ -384,3 +384,27 @@ func TestCustomResourceSelectableFields(t *testing.T) {
 	_, err = c.List(widgetsGVR, "default", ListOptions{FieldSelector: sel})
 	g.Expect(apierrors.IsBadRequest(err)).To(BeTrue(), "%v", err)
 }
+
+// A cluster-scoped CRD serves objects without a namespace; deletecollection removes them.
+func TestClusterScopedCustomResources(t *testing.T) {
+	g := NewWithT(t)
+	c := newTestCluster(t)
+	crd := widgetCRD()
+	crd.Spec.Scope = apiextensionsv1.ClusterScoped
+	_, err := c.Create(crdsGVR, "", crd, CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, name := range []string{"a", "b"} {
+		w := widget(name, map[string]any{})
+		w.SetNamespace("")
+		_, err := c.Create(widgetsGVR, "", w, CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	obj, err := c.Get(widgetsGVR, "", "a")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(obj.(*unstructured.Unstructured).GetNamespace()).To(BeEmpty())
+	_, err = c.DeleteCollection(widgetsGVR, "", ListOptions{}, DeleteOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	list, err := c.List(widgetsGVR, "", ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(list.(*unstructured.UnstructuredList).Items).To(BeEmpty())
+}
