@@ -3,7 +3,9 @@ SHELL := /usr/bin/env bash -o pipefail
 .SHELLFLAGS := -ec
 .DEFAULT_GOAL := help
 
-VERSION ?= v0.1.0
+# The release version: VERSION flows into the manager (--version), the image tag, the clusterctl
+# repository and metadata.yaml's release series (hack/verify-version.sh checks them).
+VERSION ?= $(shell tr -d '[:space:]' < VERSION)
 K8S_VERSION ?= v1.36.3
 ETCD_VERSION ?= v3.6.14
 # Build outputs that are slow to make live outside the repo, keyed by version, so clones share them.
@@ -63,6 +65,7 @@ verify: generate manifests ## Regenerate and fail if generated files or formatti
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@git diff --exit-code -- api config || { echo "generated files are stale: run 'make generate manifests' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- api config)" || { echo "untracked generated files:"; git status --porcelain -- api config; exit 1; }
+	@hack/verify-version.sh
 
 ##@ Build
 
@@ -159,12 +162,19 @@ bench-api: ## Fake API throughput: one Goofy and one CAPD in-memory workload clu
 ##@ Release
 
 IMG ?= localhost/goofy-capi/cluster-api-provider-goofy:$(VERSION)
+IMAGE_SOURCE ?= https://github.com/goofy-capi/cluster-api-provider-goofy
 IMAGE_TAR ?= $(RELEASE_DIR)/image/goofy-manager-$(VERSION).tar
 
 .PHONY: image
-image: ## Build the manager image as a tarball without Docker ($(IMAGE_TAR); `docker load -i` it). `docker build .` uses the Dockerfile.
+image: ## Build the manager image as a Docker archive without Docker ($(IMAGE_TAR); `docker load -i` or `podman load -i` it), with OCI labels. `docker build .` uses the Dockerfile.
 	CGO_ENABLED=0 GOOS=linux go build -trimpath -ldflags "-s -w $(VERSION_LDFLAGS)" -o bin/manager-linux .
-	go -C hack/tools run ./imagebuild --binary $(CURDIR)/bin/manager-linux --tag $(IMG) --out $(CURDIR)/$(IMAGE_TAR)
+	go -C hack/tools run ./imagebuild --binary $(CURDIR)/bin/manager-linux --tag $(IMG) --out $(CURDIR)/$(IMAGE_TAR) \
+		--label org.opencontainers.image.source=$(IMAGE_SOURCE) --label org.opencontainers.image.version=$(VERSION) \
+		--label org.opencontainers.image.revision=$(GIT_COMMIT) --label org.opencontainers.image.licenses=Apache-2.0
+
+.PHONY: set-manifest-image
+set-manifest-image: $(KUSTOMIZE) ## Point config/manager (and so infrastructure-components.yaml) at IMG (default: the image of VERSION).
+	cd config/manager && $(KUSTOMIZE) edit set image controller=$(IMG)
 
 .PHONY: release-manifests
 release-manifests: $(KUSTOMIZE) ## Build a clusterctl local repository under out/infrastructure-goofy/$(VERSION).

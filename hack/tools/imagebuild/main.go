@@ -1,7 +1,8 @@
 // Command imagebuild assembles the Goofy manager's container image without a Docker engine: one
 // layer holding the static manager binary at /manager, a passwd/group entry for the non-root user
 // 65532 ("nonroot") and the build host's CA bundle (the Azure backend talks TLS to ARM), on an empty
-// base. It writes a `docker load`/`podman load` compatible tarball. go-containerregistry does the
+// base, with the labels given (OCI annotations: source, version, revision). It writes a Docker
+// archive (`docker load`/`podman load`; not an OCI image layout). go-containerregistry does the
 // image format work (manifest, config, digests), so this program only decides the content.
 package main
 
@@ -16,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -33,14 +35,30 @@ func main() {
 	tag := flag.String("tag", "cluster-api-provider-goofy:dev", "image reference recorded in the tarball")
 	caBundle := flag.String("ca-bundle", "/etc/ssl/certs/ca-certificates.crt", "CA bundle to include (skipped when absent)")
 	arch := flag.String("arch", runtime.GOARCH, "image architecture (must match the binary)")
+	labels := labelFlag{}
+	flag.Var(labels, "label", "image label key=value (repeatable), e.g. org.opencontainers.image.version=v0.1.0")
 	flag.Parse()
-	if err := build(*binary, *out, *tag, *caBundle, *arch); err != nil {
+	if err := build(*binary, *out, *tag, *caBundle, *arch, labels); err != nil {
 		fmt.Fprintln(os.Stderr, "imagebuild:", err)
 		os.Exit(1)
 	}
 }
 
-func build(binary, out, tag, caBundle, arch string) error {
+// labelFlag collects repeated --label key=value flags.
+type labelFlag map[string]string
+
+func (l labelFlag) String() string { return fmt.Sprint(map[string]string(l)) }
+
+func (l labelFlag) Set(v string) error {
+	key, value, ok := strings.Cut(v, "=")
+	if !ok || key == "" {
+		return fmt.Errorf("label %q is not key=value", v)
+	}
+	l[key] = value
+	return nil
+}
+
+func build(binary, out, tag, caBundle, arch string, labels map[string]string) error {
 	if binary == "" || out == "" {
 		return errors.New("--binary and --out are required")
 	}
@@ -84,6 +102,9 @@ func build(binary, out, tag, caBundle, arch string) error {
 	cfg.Config.User = fmt.Sprintf("%d:%d", nonRoot, nonRoot)
 	cfg.Config.WorkingDir = "/"
 	cfg.Config.Env = []string{"PATH=/", "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"}
+	if len(labels) > 0 {
+		cfg.Config.Labels = labels
+	}
 	img, err = mutate.ConfigFile(img, cfg)
 	if err != nil {
 		return err

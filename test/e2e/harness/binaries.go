@@ -139,7 +139,15 @@ func EnsureBinaries(ctx context.Context, repoRoot string, w io.Writer) (Binaries
 func BuildGoofy(ctx context.Context, repoRoot, out string, w io.Writer) error {
 	fmt.Fprintf(w, "[build] goofy manager -> %s\n", out)
 	start := time.Now()
-	if _, err := runIn(ctx, repoRoot, w, nil, "go", "build", "-o", out, "."); err != nil {
+	// The version the manager reports, as `make build` sets it: VERSION and the commit.
+	ldflags := ""
+	if v, err := os.ReadFile(filepath.Join(repoRoot, "VERSION")); err == nil {
+		ldflags = "-X sigs.k8s.io/cluster-api/version.gitVersion=" + strings.TrimSpace(string(v))
+		if commit, err := runIn(ctx, repoRoot, io.Discard, nil, "git", "rev-parse", "HEAD"); err == nil {
+			ldflags += " -X sigs.k8s.io/cluster-api/version.gitCommit=" + strings.TrimSpace(commit)
+		}
+	}
+	if _, err := runIn(ctx, repoRoot, w, nil, "go", "build", "-ldflags", ldflags, "-o", out, "."); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "[build] goofy manager built in %s\n", time.Since(start).Round(time.Second))

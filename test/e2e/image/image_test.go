@@ -31,8 +31,9 @@ type imageConfig struct {
 	OS           string `json:"os"`
 	Architecture string `json:"architecture"`
 	Config       struct {
-		Entrypoint []string `json:"Entrypoint"`
-		User       string   `json:"User"`
+		Entrypoint []string          `json:"Entrypoint"`
+		User       string            `json:"User"`
+		Labels     map[string]string `json:"Labels"`
 	} `json:"config"`
 	RootFS struct {
 		DiffIDs []string `json:"diff_ids"`
@@ -41,7 +42,8 @@ type imageConfig struct {
 
 func buildImage(t *testing.T, binary, out string) ([]byte, error) {
 	cmd := exec.Command("go", "-C", filepath.Join(testenv.RepoRoot(), "hack", "tools"), "run", "./imagebuild",
-		"--binary", binary, "--out", out, "--tag", "cluster-api-provider-goofy:test")
+		"--binary", binary, "--out", out, "--tag", "cluster-api-provider-goofy:test",
+		"--label", "org.opencontainers.image.version=v9.8.7", "--label", "org.opencontainers.image.revision=abc123")
 	return cmd.CombinedOutput()
 }
 
@@ -72,6 +74,8 @@ func TestImageTarball(t *testing.T) {
 	g.Expect(cfg.Config.Entrypoint).To(Equal([]string{"/manager"}))
 	g.Expect(cfg.Config.User).To(Equal("65532:65532"), "the manager must run as the non-root user")
 	g.Expect(cfg.RootFS.DiffIDs).To(HaveLen(1))
+	g.Expect(cfg.Config.Labels).To(Equal(map[string]string{
+		"org.opencontainers.image.version": "v9.8.7", "org.opencontainers.image.revision": "abc123"}), "the OCI labels given")
 
 	// The layer holds the binary, executable, byte for byte, and a passwd entry for the user.
 	layer := readTarBytes(g, files[m.Layers[0]])
