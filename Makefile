@@ -66,6 +66,7 @@ verify: generate manifests ## Regenerate and fail if generated files or formatti
 	@git diff --exit-code -- api config || { echo "generated files are stale: run 'make generate manifests' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- api config)" || { echo "untracked generated files:"; git status --porcelain -- api config; exit 1; }
 	@hack/verify-version.sh
+	@hack/verify-templates.sh
 
 ##@ Build
 
@@ -78,9 +79,9 @@ run-manager: ## Run the manager against the cluster of the current kubeconfig.
 	go run -ldflags "$(VERSION_LDFLAGS)" . --leader-elect=false
 
 .PHONY: run
-run: ## Quick start: build what is missing, start a local management plane, create a cluster (3 CP + 2 workers), keep running until Ctrl-C.
+run: ## Quick start: build what is missing, start a local management plane, create a cluster (3 CP + 2 workers; FLAVOR=topology renders it with clusterctl, ClusterClass included), keep running until Ctrl-C.
 	@go build -o bin/quickstart ./test/e2e/cmd/quickstart
-	@exec bin/quickstart
+	@exec bin/quickstart $(if $(FLAVOR),-flavor=$(FLAVOR))
 
 ##@ Test
 

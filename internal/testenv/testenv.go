@@ -9,11 +9,41 @@ import (
 	"runtime"
 )
 
-// Default versions; keep in step with the Makefile.
+// Default versions of the envtest binaries, as the Makefile's K8S_VERSION and ETCD_VERSION (which
+// it exports, and which override these).
 const (
 	KubernetesVersion = "v1.36.3"
 	EtcdVersion       = "v3.6.14"
 )
+
+// CacheDir is where the build scripts cache what they build: GOOFY_CACHE_DIR, else
+// $XDG_CACHE_HOME/goofy, else ~/.cache/goofy, the scripts' rule (not os.UserCacheDir, which is
+// ~/Library/Caches on macOS, where the scripts never look).
+func CacheDir() string {
+	if d := os.Getenv("GOOFY_CACHE_DIR"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "goofy")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "goofy-cache")
+	}
+	return filepath.Join(home, ".cache", "goofy")
+}
+
+// EnvtestDir is where hack/envtest.sh puts the binaries of K8S_VERSION and ETCD_VERSION.
+func EnvtestDir() string {
+	k8s, etcd := os.Getenv("K8S_VERSION"), os.Getenv("ETCD_VERSION")
+	if k8s == "" {
+		k8s = KubernetesVersion
+	}
+	if etcd == "" {
+		etcd = EtcdVersion
+	}
+	return filepath.Join(CacheDir(), "envtest", "k8s-"+k8s+"-etcd-"+etcd)
+}
 
 // AssetsDir returns the directory holding the envtest binaries: KUBEBUILDER_ASSETS when set,
 // else the cache hack/envtest.sh fills. It sets KUBEBUILDER_ASSETS so envtest finds it too.
@@ -21,15 +51,7 @@ func AssetsDir() string {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir
 	}
-	cache := os.Getenv("GOOFY_CACHE_DIR")
-	if cache == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			return ""
-		}
-		cache = filepath.Join(base, "goofy")
-	}
-	dir := filepath.Join(cache, "envtest", "k8s-"+KubernetesVersion+"-etcd-"+EtcdVersion)
+	dir := EnvtestDir()
 	_ = os.Setenv("KUBEBUILDER_ASSETS", dir)
 	return dir
 }

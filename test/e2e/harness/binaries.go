@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/testenv"
 )
 
 // CAPIVersion is the Cluster API release the harness builds and runs; keep in step with go.mod.
@@ -58,16 +60,7 @@ func (b Binaries) check(needGoofy bool) error {
 }
 
 // cacheDir is where hack/*.sh keep their builds.
-func cacheDir() string {
-	if d := os.Getenv("GOOFY_CACHE_DIR"); d != "" {
-		return d
-	}
-	base, err := os.UserCacheDir()
-	if err != nil {
-		base = filepath.Join(os.TempDir(), "cache")
-	}
-	return filepath.Join(base, "goofy")
-}
+func cacheDir() string { return testenv.CacheDir() }
 
 // DefaultBinaries returns where the build scripts put the binaries, without building anything:
 // KUBEBUILDER_ASSETS (else the envtest cache), the CAPI cache, the CAPI module in the module cache
@@ -75,12 +68,12 @@ func cacheDir() string {
 func DefaultBinaries(repoRoot string) Binaries {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
-		assets = filepath.Join(cacheDir(), "envtest", "k8s-v1.36.3-etcd-v3.6.14")
+		assets = testenv.EnvtestDir()
 	}
 	kcm := filepath.Join(assets, "kube-controller-manager")
 	if _, err := os.Stat(kcm); err != nil {
 		// KUBEBUILDER_ASSETS may point elsewhere; the harness's own build lands in the cache.
-		kcm = filepath.Join(cacheDir(), "envtest", "k8s-v1.36.3-etcd-v3.6.14", "kube-controller-manager")
+		kcm = filepath.Join(testenv.EnvtestDir(), "kube-controller-manager")
 	}
 	capi := os.Getenv("GOOFY_CAPI_BIN_DIR")
 	if capi == "" {

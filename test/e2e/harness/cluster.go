@@ -104,7 +104,11 @@ type ClusterStatus struct {
 func (s ClusterStatus) String() string {
 	phases := map[string]int{}
 	for _, m := range s.Machines {
-		phases[m.Status.Phase]++
+		phase := m.Status.Phase
+		if phase == "" {
+			phase = string(clusterv1.MachinePhasePending) // not reconciled yet: the phase CAPI gives it first
+		}
+		phases[phase]++
 	}
 	var ph []string
 	for k, v := range phases {

@@ -10,11 +10,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/testenv"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-// GoofyVersion is the version `make release-manifests` publishes (Makefile VERSION).
-const GoofyVersion = "v0.1.0"
+// GoofyVersion is the version `make release-manifests` publishes: the repository's VERSION file.
+var GoofyVersion = func() string {
+	v, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "VERSION"))
+	if err != nil {
+		panic(fmt.Sprintf("harness: reading VERSION: %v", err))
+	}
+	return strings.TrimSpace(string(v))
+}()
 
 // ClusterctlRepository is a set of clusterctl local repositories and the config file naming them:
 // Goofy's from `make release-manifests`, and CAPI's core, kubeadm bootstrap and kubeadm control

@@ -40,7 +40,8 @@ func envOr(name, def string) string {
 
 func run() error {
 	out := flag.String("out", "out", "output directory (kubeconfigs; process logs under <out>/e2e/<run>)")
-	template := flag.String("template", "templates/cluster-template.yaml", "cluster template to apply")
+	template := flag.String("template", "templates/cluster-template.yaml", "cluster template to apply (without -flavor)")
+	flavor := flag.String("flavor", os.Getenv("FLAVOR"), "render the cluster with `clusterctl generate cluster --flavor` from the local repository `make release-manifests` builds (e.g. topology, which brings its ClusterClass); empty: -template")
 	timeout := flag.Duration("timeout", 10*time.Minute, "how long to wait for the cluster to become Available")
 	exitWhenAvailable := flag.Bool("exit-when-available", false, "stop and clean up once the cluster is Available (for scripts)")
 	flag.Parse()
@@ -61,13 +62,15 @@ func run() error {
 		"CONTROL_PLANE_MACHINE_COUNT": envOr("CONTROL_PLANE_MACHINE_COUNT", "3"),
 		"WORKER_MACHINE_COUNT":        envOr("WORKER_MACHINE_COUNT", "2"),
 	}
-	tmpl, err := os.ReadFile(*template)
-	if err != nil {
-		return err
-	}
-	manifests, err := harness.RenderTemplate(tmpl, vars)
-	if err != nil {
-		return fmt.Errorf("rendering %s: %w", *template, err)
+	var manifests []byte
+	if *flavor == "" {
+		tmpl, err := os.ReadFile(*template)
+		if err != nil {
+			return err
+		}
+		if manifests, err = harness.RenderTemplate(tmpl, vars); err != nil {
+			return fmt.Errorf("rendering %s: %w", *template, err)
+		}
 	}
 
 	fmt.Println("== building what is missing (cached under ~/.cache/goofy; the first run takes a while)")
@@ -99,6 +102,11 @@ func run() error {
 		return err
 	}
 
+	if *flavor != "" {
+		if manifests, err = generateWithClusterctl(ctx, repo, runDir, bins, plane, *flavor, vars); err != nil {
+			return err
+		}
+	}
 	fmt.Printf("== creating cluster %s/%s (%s control-plane, %s worker machines)\n", namespace, name,
 		vars["CONTROL_PLANE_MACHINE_COUNT"], vars["WORKER_MACHINE_COUNT"])
 	if _, err := plane.Apply(ctx, manifests); err != nil {
@@ -158,4 +166,27 @@ func copyFile(from, to string) error {
 		return err
 	}
 	return os.WriteFile(to, data, 0o600)
+}
+
+// generateWithClusterctl renders the cluster as a user of the released provider would: the real
+// clusterctl, from a local repository of this checkout (make release-manifests), so a flavor that
+// uses a ClusterClass brings the repository's clusterclass-*.yaml along.
+func generateWithClusterctl(ctx context.Context, repoRoot, runDir string, bins harness.Binaries, plane *harness.Plane, flavor string, vars map[string]string) ([]byte, error) {
+	fmt.Printf("== rendering flavor %q with clusterctl generate cluster (local repository of this checkout)\n", flavor)
+	repo, err := harness.BuildClusterctlRepository(ctx, repoRoot, bins.CAPIModule, filepath.Join(runDir, "clusterctl"), os.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	var env []string
+	for k, v := range vars {
+		env = append(env, k+"="+v)
+	}
+	out, err := repo.Clusterctl(ctx, bins.Clusterctl(), env, "generate", "cluster", vars["CLUSTER_NAME"],
+		"--infrastructure", "goofy:"+harness.GoofyVersion, "--flavor", flavor, "--target-namespace", vars["NAMESPACE"],
+		"--control-plane-machine-count", vars["CONTROL_PLANE_MACHINE_COUNT"], "--worker-machine-count", vars["WORKER_MACHINE_COUNT"],
+		"--kubeconfig", plane.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return []byte(out), nil
 }
