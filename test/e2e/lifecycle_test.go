@@ -45,6 +45,7 @@ const (
 // namespace's objects and the tail of every process log.
 func begin(t *testing.T, timeout time.Duration) (context.Context, Gomega) {
 	t.Helper()
+	startPlane()
 	if skipReason != "" {
 		t.Skip(skipReason)
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,20 +48,34 @@ var (
 func TestMain(m *testing.M) {
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // envtest's own logging; the plane reports progress itself
-	code := func() int {
-		if reason := prepare(); reason != "" {
-			skipReason = reason
-			return m.Run()
-		}
-		defer plane.Stop()
-		code := m.Run()
+	code := m.Run()
+	status := "end-to-end suite: no test selected (-run), no management plane started"
+	switch {
+	case plane != nil:
+		plane.Stop()
+		status = fmt.Sprintf("end-to-end suite: ran against real CAPI %s (logs and timings in %s)", harness.CAPIVersion, runDir)
 		if timingsReport.Len() > 0 {
 			fmt.Printf("\n== scenario timings\n%s", timingsReport.String())
 			_ = os.WriteFile(filepath.Join(runDir, "timings.txt"), []byte(timingsReport.String()), 0o644)
 		}
-		return code
-	}()
+	case skipReason != "":
+		status = "end-to-end suite: skipped: " + skipReason
+	}
+	writeStatus(status)
 	os.Exit(code)
+}
+
+// startPlane runs prepare once, for the first test that needs the plane: a run that selects no
+// e2e test (go test -run X) starts nothing.
+var startPlane = sync.OnceFunc(func() { skipReason = prepare() })
+
+// writeStatus records whether the suite ran or why not where `make test` prints it from
+// (out/e2e/status): go test shows a passing package's output only with -v.
+func writeStatus(status string) {
+	root := testenv.RepoRoot()
+	if err := os.MkdirAll(filepath.Join(root, "out", "e2e"), 0o755); err == nil {
+		_ = os.WriteFile(filepath.Join(root, "out", "e2e", "status"), []byte(status+"\n"), 0o644)
+	}
 }
 
 // prepare builds (GOOFY_E2E=1) or finds the binaries, builds the Goofy manager and starts the
@@ -82,7 +97,7 @@ func prepare() string {
 	} else {
 		bins = harness.DefaultBinaries(repoRoot)
 		if err := bins.Check(false); err != nil {
-			return fmt.Sprintf("management plane binaries not built (make e2e builds them): %v", err)
+			return fmt.Sprintf("management plane binaries not built (make e2e builds them, then runs the suite): %v", err)
 		}
 		if _, err := os.Stat(filepath.Join(repoRoot, "main.go")); err != nil {
 			return "the Goofy manager (main.go) does not exist yet"
