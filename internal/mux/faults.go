@@ -343,21 +343,19 @@ func (f *Faults) failure(info *request.RequestInfo) *apierrors.StatusError {
 	return nil
 }
 
-// delayedWriter delays every write of a watch (one event each) by the injected latency.
+// delayedWriter delays every flush of a watch by the injected latency: the watch handler flushes
+// once after the response header and once after each event, however many writes its framing
+// takes (a protobuf frame is two).
 type delayedWriter struct {
 	http.ResponseWriter
 	latency etcd.Latency
 	ctx     context.Context
 }
 
-func (d *delayedWriter) Write(b []byte) (int, error) {
-	if err := d.latency.Sleep(d.ctx); err != nil {
-		return 0, err
-	}
-	return d.ResponseWriter.Write(b)
-}
-
 func (d *delayedWriter) Flush() {
+	if d.latency.Sleep(d.ctx) != nil {
+		return // the client went away
+	}
 	if f, ok := d.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}

@@ -231,6 +231,27 @@ func TestFaultAPIServerLatency(t *testing.T) {
 	<-w.ResultChan()
 	g.Expect(time.Since(start)).To(BeNumerically(">=", 400*time.Millisecond), "create (200ms) + event (200ms)")
 
+	// One delay per event, whatever the framing: a protobuf frame is written in two parts.
+	c.set(t, &infrav1.ClusterSimulation{APIServer: &infrav1.APIServerSimulation{Latency: &infrav1.LatencyFault{
+		Base: metav1.Duration{Duration: 200 * time.Millisecond}}}})
+	pcfg := rest.CopyConfig(c.cfg)
+	pcfg.ContentType = "application/vnd.kubernetes.protobuf"
+	pcs, err := kubernetes.NewForConfig(pcfg)
+	g.Expect(err).NotTo(HaveOccurred())
+	pw, err := pcs.CoreV1().ConfigMaps("default").Watch(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer pw.Stop()
+	_, err = cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "p"}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	created := time.Now()
+	for ev := range pw.ResultChan() { // after the existing objects' ADDED events
+		if cm, ok := ev.Object.(*corev1.ConfigMap); ok && cm.Name == "p" {
+			break
+		}
+	}
+	g.Expect(time.Since(created)).To(And(BeNumerically(">=", 150*time.Millisecond), BeNumerically("<", 380*time.Millisecond)),
+		"one 200ms delay per event")
+
 	// An until in the past means no fault.
 	past := metav1.NewTime(time.Now().Add(-time.Second))
 	c.set(t, &infrav1.ClusterSimulation{APIServer: &infrav1.APIServerSimulation{Latency: &infrav1.LatencyFault{
