@@ -12,9 +12,12 @@ ETCD_VERSION ?= v3.6.14
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/goofy
 TOOLS_DIR := $(CACHE_DIR)/tools
 TOOLS_MOD := hack/tools/go.mod
-CONTROLLER_GEN := $(TOOLS_DIR)/controller-gen
-KUSTOMIZE := $(TOOLS_DIR)/kustomize
-STATICCHECK := $(TOOLS_DIR)/staticcheck
+# Tool binaries are keyed by the version hack/tools/go.mod pins, so clones with different pins never
+# share a stale one; a stable name (no version) links to the newest build for scripts and the harness.
+tool_version = $(shell awk '$$1 == "$(1)" && $$2 ~ /^v/ { print $$2 }' $(TOOLS_MOD))
+CONTROLLER_GEN := $(TOOLS_DIR)/controller-gen-$(call tool_version,sigs.k8s.io/controller-tools)
+KUSTOMIZE := $(TOOLS_DIR)/kustomize-$(call tool_version,sigs.k8s.io/kustomize/kustomize/v5)
+STATICCHECK := $(TOOLS_DIR)/staticcheck-$(call tool_version,honnef.co/go/tools)
 GO_TEST_FLAGS ?=
 RELEASE_DIR := out
 
@@ -100,6 +103,9 @@ test: ## Run all tests, envtest included (builds the envtest binaries first if n
 
 .PHONY: e2e
 e2e: ## Run the end-to-end suite against real CAPI (builds kube-controller-manager, the CAPI managers and clusterctl first, cached).
+	@echo "== building the plane's binaries first (cached; the first time takes 15-20 minutes on 2 cores)"
+	ENVTEST_BINARIES="kube-apiserver kubectl etcd etcdctl kube-controller-manager" hack/envtest.sh >/dev/null
+	hack/capi-managers.sh >/dev/null
 	GOOFY_E2E=1 go test -count=1 -v -timeout 60m ./test/e2e/ ./test/e2e/harness/
 
 # Knobs of `make e2e-upstream`: E2E_FOCUS is a Ginkgo focus regexp over the specs' descriptions
@@ -189,11 +195,14 @@ release-manifests: $(KUSTOMIZE) ## Build a clusterctl local repository under out
 
 ##@ Tools (pinned in hack/tools/go.mod, built from Go modules into $(TOOLS_DIR))
 
-$(CONTROLLER_GEN): $(TOOLS_MOD)
+$(CONTROLLER_GEN):
 	go -C hack/tools build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+	ln -sf $(notdir $@) $(TOOLS_DIR)/controller-gen
 
-$(KUSTOMIZE): $(TOOLS_MOD)
+$(KUSTOMIZE):
 	go -C hack/tools build -o $@ sigs.k8s.io/kustomize/kustomize/v5
+	ln -sf $(notdir $@) $(TOOLS_DIR)/kustomize
 
-$(STATICCHECK): $(TOOLS_MOD)
+$(STATICCHECK):
 	go -C hack/tools build -o $@ honnef.co/go/tools/cmd/staticcheck
+	ln -sf $(notdir $@) $(TOOLS_DIR)/staticcheck

@@ -14,7 +14,8 @@ out="${cache_root}/capi/${CAPI_VERSION}"
 tools="${cache_root}/capi/tools-${CAPI_VERSION}"
 mkdir -p "${out}" "${tools}"
 
-if [[ ! -f "${tools}/go.sum" ]]; then
+# .tidy-done is written only after go mod tidy succeeded: an interrupted tidy is run again.
+if [[ ! -f "${tools}/.tidy-done" ]]; then
   log "preparing tools module for sigs.k8s.io/cluster-api ${CAPI_VERSION}"
   # The CAPI module requires its api submodule at a placeholder version (it replaces it locally);
   # requiring the real one here makes the build resolvable outside CAPI's repository.
@@ -42,7 +43,7 @@ import (
 	_ "sigs.k8s.io/cluster-api/core"
 )
 GO
-  (cd "${tools}" && GOFLAGS=-mod=mod go mod tidy -e >&2)
+  (cd "${tools}" && GOFLAGS=-mod=mod go mod tidy -e >&2) && touch "${tools}/.tidy-done"
 fi
 
 minor="${CAPI_VERSION#v}"; minor="${minor%.*}"; minor="${minor#*.}"

@@ -31,7 +31,9 @@ etcd_tools="${cache_root}/envtest/tools-etcd-${ETCD_VERSION}"
 
 prepare_k8s_module() {
   mkdir -p "${k8s_tools}"
-  [[ -f "${k8s_tools}/go.sum" ]] && return 0
+  # .tidy-done is written only after go mod tidy succeeded: an interrupted tidy (a partial go.sum)
+  # is run again instead of being reused.
+  [[ -f "${k8s_tools}/.tidy-done" ]] && return 0
   log "preparing tools module for k8s.io/kubernetes ${K8S_VERSION}"
   local staging=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
     cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api cri-client
@@ -60,12 +62,12 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
-  (cd "${k8s_tools}" && GOFLAGS=-mod=mod go mod tidy -e >&2)
+  (cd "${k8s_tools}" && GOFLAGS=-mod=mod go mod tidy -e >&2) && touch "${k8s_tools}/.tidy-done"
 }
 
 prepare_etcd_module() {
   mkdir -p "${etcd_tools}"
-  [[ -f "${etcd_tools}/go.sum" ]] && return 0
+  [[ -f "${etcd_tools}/.tidy-done" ]] && return 0
   log "preparing tools module for etcd ${ETCD_VERSION}"
   cat > "${etcd_tools}/go.mod" <<GOMOD
 module goofy.local/envtest-etcd
@@ -87,7 +89,7 @@ import (
 	_ "go.etcd.io/etcd/server/v3"
 )
 GO
-  (cd "${etcd_tools}" && GOFLAGS=-mod=mod go mod tidy -e >&2)
+  (cd "${etcd_tools}" && GOFLAGS=-mod=mod go mod tidy -e >&2) && touch "${etcd_tools}/.tidy-done"
 }
 
 k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} \

@@ -47,7 +47,11 @@ func run() error {
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // envtest's own logging; the harness prints progress itself
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// `make run | tee run.log` then Ctrl-C: the shell's SIGINT reaches tee as well, and the next line
+	// printed would kill this process with SIGPIPE before it stops the plane (leaving etcd and
+	// kube-apiserver running). With SIGPIPE handled here, writes to the closed pipe fail instead,
+	// and the SIGINT (or SIGTERM, or the broken pipe itself) ends the run with the cleanup.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGPIPE)
 	defer stop()
 
 	repo, err := os.Getwd()
