@@ -142,12 +142,14 @@ BURST ?=
 CONCURRENCY ?=
 # FAULTS=<file>: a fault profile (docs/faults.md, e.g. test/bench/faults/api-errors.yaml) given to a share of Goofy's clusters.
 FAULTS ?=
+# SHARDS=<n>: Goofy runs as n managers sharing the clusters by --watch-filter (docs/scaling.md).
+SHARDS ?=
 
 .PHONY: bench
-bench: ## Scale scenario through real CAPI on a fresh management plane per provider (N, CONTROL_PLANE, WORKERS, PHASE, JITTER, BATCH, BATCH_INTERVAL, PROVIDERS="goofy capd-inmemory", QPS, BURST, CONCURRENCY, FAULTS=<file>); report in out/bench/.
+bench: ## Scale scenario through real CAPI on a fresh management plane per provider (N, CONTROL_PLANE, WORKERS, PHASE, JITTER, BATCH, BATCH_INTERVAL, PROVIDERS="goofy capd-inmemory", QPS, BURST, CONCURRENCY, FAULTS=<file>, SHARDS=<n>); report in out/bench/.
 	go run ./test/bench/cmd/bench -n $(N) -control-plane $(CONTROL_PLANE) -workers $(WORKERS) -phase $(PHASE) -jitter $(JITTER) \
 		-batch $(BATCH) -batch-interval $(BATCH_INTERVAL) -providers "$(PROVIDERS)" -timeout $(BENCH_TIMEOUT) -profile $(PROFILE) \
-		$(if $(QPS),-qps $(QPS)) $(if $(BURST),-burst $(BURST)) $(if $(CONCURRENCY),-concurrency $(CONCURRENCY)) $(if $(FAULTS),-faults $(FAULTS))
+		$(if $(QPS),-qps $(QPS)) $(if $(BURST),-burst $(BURST)) $(if $(CONCURRENCY),-concurrency $(CONCURRENCY)) $(if $(FAULTS),-faults $(FAULTS)) $(if $(SHARDS),-shards $(SHARDS))
 
 .PHONY: bench-mux
 bench-mux: ## Mux-only scale benchmark: 1,000 clusters x (3 control-plane + 3 workers) in one process under CAPI-like load.

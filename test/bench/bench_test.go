@@ -332,3 +332,14 @@ workqueue_queue_duration_seconds_count{controller="goofymachine",name="goofymach
 	g.Expect(st.ReconcileSeconds).To(HaveKeyWithValue("goofymachine", 2.5))
 	g.Expect(st.QueueWaitSeconds).To(HaveKeyWithValue("goofymachine", 0.1))
 }
+
+func TestSplitPortRange(t *testing.T) {
+	g := NewWithT(t)
+	got, err := splitPortRange("17000-19999", 2)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal([]string{"17000-18499", "18500-19999"}))
+	_, err = splitPortRange("17000-17000", 2)
+	g.Expect(err).To(MatchError(ContainSubstring("too small")))
+	_, err = splitPortRange("nonsense", 2)
+	g.Expect(err).To(HaveOccurred())
+}

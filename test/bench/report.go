@@ -105,6 +105,12 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "scenario: %d clusters × (%d control-plane + %d workers), phases %s, jitter %s, batch %d\n",
 			x.Clusters, x.ControlPlane, x.Workers, x.Phase, x.Jitter, x.BatchSize)
 	}
+	row("managers", func(x *Result) string {
+		if x.Shards > 1 {
+			return fmt.Sprintf("%d (sharded by --watch-filter; CPU and RSS summed)", x.Shards)
+		}
+		return "1"
+	})
 	row("client QPS / burst", func(x *Result) string { return x.Client.QPS + " / " + x.Client.Burst })
 	row("concurrency clusters / machines", func(x *Result) string {
 		return x.Client.ClusterConcurrency + " / " + x.Client.MachineConcurrency

@@ -66,6 +66,9 @@ type Config struct {
 	AuditBodies bool
 	// Faults, when set, injects faults into a share of the clusters (Goofy only).
 	Faults *FaultProfile
+	// Shards > 1 splits Goofy into that many managers, CAPI's way (docs/scaling.md): each with its
+	// own --watch-filter value and part of GoofyPortRange; cluster i is labelled for shard i % Shards.
+	Shards int
 
 	RepoRoot string
 	// OutDir receives the process logs, audit log, profiles and result of this run.
@@ -111,6 +114,9 @@ type Result struct {
 
 	// Processes by name: CPU (scenario window and total) and peak RSS.
 	Processes map[string]ProcStats `json:"processes"`
+	// Shards is the number of Goofy managers (1 without sharding); the provider's entry in
+	// Processes is then their sum, each shard also listed under its own name.
+	Shards int `json:"shards,omitempty"`
 	// ProviderProcess names the provider's entry in Processes.
 	ProviderProcess string `json:"providerProcess"`
 	// Requests to the management API server during the scenario, by client (audit log).
@@ -171,6 +177,19 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 	if err != nil {
 		return err
 	}
+	shardRanges := []string{cfg.GoofyPortRange}
+	if cfg.Shards > 1 && cfg.Provider == ProviderGoofy {
+		if shardRanges, err = splitPortRange(cfg.GoofyPortRange, cfg.Shards); err != nil {
+			return err
+		}
+		for i := range manifests {
+			if manifests[i], err = harness.WithWatchFilter(manifests[i], shardName(i%cfg.Shards)); err != nil {
+				return err
+			}
+		}
+		res.Shards = cfg.Shards
+		cfg.progress("%d Goofy managers, cluster i labelled for shard i %% %d (ports %s)", cfg.Shards, cfg.Shards, strings.Join(shardRanges, ", "))
+	}
 	if cfg.Faults != nil && cfg.Provider == ProviderGoofy {
 		for i := range manifests {
 			if !cfg.Faults.appliesTo(i) {
@@ -212,11 +231,15 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 	if err != nil {
 		return err
 	}
+	goofyArgs := append(append(append([]string(nil), cfg.GoofyArgs...), clientArgs...), "--diagnostics-address="+metricsAddr)
+	if len(shardRanges) > 1 {
+		goofyArgs = append(goofyArgs, "--watch-filter="+shardName(0))
+	}
 	opts := harness.Options{
 		RepoRoot: cfg.RepoRoot, OutputDir: res.LogDir, Binaries: cfg.Binaries, Progress: cfg.Progress,
-		ListenerPortRange: cfg.GoofyPortRange, APIServerFlags: auditFlags,
+		ListenerPortRange: shardRanges[0], APIServerFlags: auditFlags,
 		SkipGoofy: cfg.Provider != ProviderGoofy,
-		GoofyArgs: append(append(append([]string(nil), cfg.GoofyArgs...), clientArgs...), "--diagnostics-address="+metricsAddr),
+		GoofyArgs: goofyArgs,
 	}
 	if cfg.Provider == ProviderGoofy && profilerAddr != "" {
 		if supportsFlag(cfg.Binaries.Goofy, "profiler-address") {
@@ -247,6 +270,17 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 		}); err != nil {
 			return err
 		}
+	}
+
+	var shardProcs []string
+	for i := 1; i < len(shardRanges); i++ {
+		name := "goofy-" + shardName(i)
+		if _, err := plane.StartGoofyManager(ctx, harness.GoofyManagerSpec{
+			Name: name, ListenerPortRange: shardRanges[i], Args: []string{"--watch-filter=" + shardName(i)},
+		}); err != nil {
+			return err
+		}
+		shardProcs = append(shardProcs, name)
 	}
 
 	pids := ChildProcesses()
@@ -307,6 +341,21 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 		}
 	}
 	res.Processes = sampler.Stop()
+	if len(shardProcs) > 0 {
+		// The provider is every shard: CPU and peaks add up (a sum of peaks, which bounds the peak
+		// of the sum), each shard also stays listed on its own.
+		total := res.Processes[res.ProviderProcess]
+		res.Processes[res.ProviderProcess+"-"+shardName(0)] = total
+		for _, name := range shardProcs {
+			p := res.Processes[name]
+			total.CPUSeconds += p.CPUSeconds
+			total.CPUSecondsTotal += p.CPUSecondsTotal
+			total.PeakRSSBytes += p.PeakRSSBytes
+			total.SampledPeakRSSBytes += p.SampledPeakRSSBytes
+			total.SampledPeakAnonBytes += p.SampledPeakAnonBytes
+		}
+		res.Processes[res.ProviderProcess] = total
+	}
 	metricsFile := filepath.Join(cfg.OutDir, res.ProviderProcess+"-metrics.txt")
 	if err := fetch(ctx, "http://"+metricsAddr+"/metrics", metricsFile, 30*time.Second); err == nil {
 		if st, err := parseControllerStatsFile(metricsFile, plane.LogFiles()[res.ProviderProcess]); err == nil {
@@ -482,4 +531,23 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+func shardName(i int) string { return fmt.Sprintf("shard-%d", i) }
+
+// splitPortRange splits "MIN-MAX" into n consecutive ranges of equal size.
+func splitPortRange(r string, n int) ([]string, error) {
+	var lo, hi int
+	if _, err := fmt.Sscanf(r, "%d-%d", &lo, &hi); err != nil || hi < lo {
+		return nil, fmt.Errorf("port range %q: want MIN-MAX", r)
+	}
+	size := (hi - lo + 1) / n
+	if size < 1 {
+		return nil, fmt.Errorf("port range %q is too small for %d shards", r, n)
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%d-%d", lo+i*size, lo+(i+1)*size-1)
+	}
+	return out, nil
 }

@@ -1,54 +1,20 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/test/e2e/harness"
 )
-
-// withWatchFilter labels every object of a rendered cluster, and the machine templates' objects,
-// with CAPI's watch-filter label, as a user of sharded managers does (docs/scaling.md).
-func withWatchFilter(g Gomega, manifests []byte, value string) []byte {
-	var out [][]byte
-	for _, doc := range strings.Split(string(manifests), "\n---") {
-		u := &unstructured.Unstructured{}
-		g.Expect(yaml.Unmarshal([]byte(doc), &u.Object)).To(Succeed())
-		if len(u.Object) == 0 {
-			continue
-		}
-		labels := u.GetLabels()
-		if labels == nil {
-			labels = map[string]string{}
-		}
-		labels[clusterv1.WatchLabel] = value
-		u.SetLabels(labels)
-		// What CAPI creates from templates carries the template's labels.
-		switch u.GetKind() {
-		case "GoofyMachineTemplate", "MachineDeployment", "KubeadmConfigTemplate":
-			_ = unstructured.SetNestedField(u.Object, value, "spec", "template", "metadata", "labels", clusterv1.WatchLabel)
-		case "KubeadmControlPlane":
-			_ = unstructured.SetNestedField(u.Object, value, "spec", "machineTemplate", "metadata", "labels", clusterv1.WatchLabel)
-		}
-		data, err := yaml.Marshal(u.Object)
-		g.Expect(err).NotTo(HaveOccurred())
-		out = append(out, data)
-	}
-	return bytes.Join(out, []byte("\n---\n"))
-}
 
 // TestShards runs two Goofy managers with their own --watch-filter values and port ranges, as
 // docs/scaling.md describes: each cluster, labelled for one shard, is served by that shard's
@@ -95,7 +61,8 @@ func TestShards(t *testing.T) {
 			"GOOFY_ETCD_STARTUP_DURATION": stressPhase, "GOOFY_APISERVER_STARTUP_DURATION": stressPhase,
 		})
 		g.Expect(err).NotTo(HaveOccurred())
-		manifests[i] = withWatchFilter(g, rendered, shards[i].filter)
+		manifests[i], err = harness.WithWatchFilter(rendered, shards[i].filter)
+		g.Expect(err).NotTo(HaveOccurred())
 	}
 	begun := time.Now()
 	applyAll(ctx, g, manifests, names)

@@ -76,6 +76,7 @@ func run() error {
 	qps := flag.Float64("qps", envFloat("QPS", 0), "QPS of every provider's client to the management API server; 0 keeps each provider's shipped default (env QPS)")
 	burst := flag.Int("burst", envInt("BURST", 0), "burst of every provider's client to the management API server; 0 keeps each provider's shipped default (env BURST)")
 	concurrency := flag.Int("concurrency", envInt("CONCURRENCY", 0), "infrastructure clusters and machines every provider reconciles at once (Goofy's --goofycluster/goofymachine-concurrency, CAPD's --devcluster/devmachine-concurrency); 0 keeps each provider's shipped default (env CONCURRENCY)")
+	shards := flag.Int("shards", envInt("SHARDS", 1), "Goofy managers sharing the clusters by --watch-filter (docs/scaling.md; env SHARDS)")
 	faults := flag.String("faults", os.Getenv("FAULTS"), "fault profile (docs/faults.md) applied to a share of Goofy's clusters (env FAULTS)")
 	auditBodies := flag.Bool("audit-bodies", os.Getenv("AUDIT_BODIES") != "", "log request bodies of the provider's writes to infrastructure kinds (env AUDIT_BODIES)")
 	flag.Parse()
@@ -135,7 +136,7 @@ func run() error {
 		res, err := bench.Run(ctx, bench.Config{
 			Provider: p, Clusters: *n, ControlPlane: *cp, Workers: *workers, Phase: *phase, Jitter: *jitter,
 			BatchSize: *batch, BatchInterval: *batchInterval, Timeout: *timeout, KubernetesVersion: *k8s,
-			GoofyPortRange: *portRange, Client: bench.ClientSettings{QPS: *qps, Burst: *burst, Concurrency: *concurrency}, ProfileWindow: *profile, AuditBodies: *auditBodies, Faults: faultProfile,
+			GoofyPortRange: *portRange, Client: bench.ClientSettings{QPS: *qps, Burst: *burst, Concurrency: *concurrency}, ProfileWindow: *profile, AuditBodies: *auditBodies, Faults: faultProfile, Shards: *shards,
 			RepoRoot: repo, OutDir: filepath.Join(runDir, p), Binaries: bins,
 			CAPDBinary: capdBinary, CAPDModule: capdModule, Progress: os.Stdout,
 		})
