@@ -199,6 +199,12 @@ func (r *GoofyClusterReconciler) repairKubeconfig(ctx context.Context, cluster *
 	if err != nil {
 		return err
 	}
+	if len(s.Data[secret.KubeconfigDataName]) == 0 {
+		// Nothing to repair (and no map to write into): the endpoint moves, and whoever emptied
+		// the Secret rewrites it from there.
+		ctrl.LoggerFrom(ctx).Info("Kubeconfig secret has no kubeconfig to repair", "Secret", klogRef(s))
+		return nil
+	}
 	cfg, err := clientcmd.Load(s.Data[secret.KubeconfigDataName])
 	if err != nil {
 		return fmt.Errorf("parsing %s: %w", s.Name, err)

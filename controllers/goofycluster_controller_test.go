@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
+	"sigs.k8s.io/cluster-api/util/secret"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -313,4 +314,31 @@ func TestWatchFilter(t *testing.T) {
 	g.Expect(otherGM.Status.Conditions).To(BeEmpty())
 	_, ok := h.mux.Listener(mux.ClusterKey(ns, "other"))
 	g.Expect(ok).To(BeFalse())
+}
+
+// A kubeconfig Secret without data (emptied by hand, or by a tool) does not crash the repair
+// when the advertised host changes: the endpoint moves, the Secret is left as it is.
+func TestEndpointRepairWithEmptyKubeconfigSecret(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	h := newHarness(t)
+	f := newFixture(t, newNamespace(t), "repair-empty", nil)
+	h.provisionCluster(t, f)
+	get(t, f.cluster)
+	empty := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: secret.Name(f.cluster.Name, secret.Kubeconfig)}}
+	g.Expect(k8sClient.Create(ctx, empty)).To(Succeed())
+	port := int(f.gc.Spec.ControlPlaneEndpoint.Port)
+	g.Expect(h.mux.Shutdown(ctx)).To(Succeed())
+
+	stores := store.NewManager()
+	m, err := mux.NewWorkloadClustersMux(stores, "localhost", mux.WithBindAddress("127.0.0.1"), mux.WithPortRange(testPortMin, testPortMax))
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = m.Shutdown(context.Background()) })
+	h2 := &harness{stores: stores, mux: m, clock: h.clock, clusterR: &GoofyClusterReconciler{Client: k8sClient, Mux: m}}
+	h2.reconcileCluster(t, f.gc) // panicked writing into the Secret's nil map
+	get(t, f.gc)
+	g.Expect(f.gc.Spec.ControlPlaneEndpoint).To(Equal(clusterv1.APIEndpoint{Host: "localhost", Port: int32(port)}))
+	g.Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(empty), empty)).To(Succeed())
+	g.Expect(empty.Data).To(BeEmpty())
 }
