@@ -220,6 +220,8 @@ func orAll(list []string) string {
 func (l *WorkloadClusterListener) SetFaults(ctx context.Context, f *Faults) error {
 	var stop bool
 	var err error
+	l.lifecycle.Lock()
+	defer l.lifecycle.Unlock()
 	l.mu.Lock()
 	l.faultsSet = f
 	unreachable := f != nil && f.Unreachable

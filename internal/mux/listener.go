@@ -43,6 +43,11 @@ type WorkloadClusterListener struct {
 	port    int
 	cluster *store.Cluster
 
+	// lifecycle serializes the decisions to start and stop serving with their execution: a stop
+	// decided when the last API server went away finishes before an AddAPIServer that came
+	// meanwhile decides whether to start (else that one saw the old server still up, did not
+	// start, and the stop left it registered but never serving). Taken before mu.
+	lifecycle   sync.Mutex
 	mu          sync.Mutex
 	ca          *x509.Certificate
 	caKey       crypto.Signer
@@ -161,6 +166,8 @@ func (l *WorkloadClusterListener) addAPIServer(podName string, ca *x509.Certific
 	if ca == nil || caKey == nil {
 		return errors.New("AddAPIServer needs the cluster CA certificate and key")
 	}
+	l.lifecycle.Lock()
+	defer l.lifecycle.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ca != nil && !sameCA(l.ca, ca) {
@@ -188,14 +195,22 @@ func (l *WorkloadClusterListener) addAPIServer(podName string, ca *x509.Certific
 }
 
 func (l *WorkloadClusterListener) deleteAPIServer(podName string) {
+	l.lifecycle.Lock()
+	defer l.lifecycle.Unlock()
 	l.mu.Lock()
 	delete(l.apiServers, podName)
 	last := len(l.apiServers) == 0
 	l.mu.Unlock()
 	if last {
+		if testHookBeforeLastStop != nil {
+			testHookBeforeLastStop()
+		}
 		l.stop(context.Background())
 	}
 }
+
+// testHookBeforeLastStop runs between deciding to stop and stopping (tests of the race).
+var testHookBeforeLastStop func()
 
 func (l *WorkloadClusterListener) hasAPIServer(podName string) bool {
 	l.mu.Lock()

@@ -301,7 +301,9 @@ func (m *WorkloadClustersMux) DeleteWorkloadClusterListener(wclName string) erro
 	}
 	m.mu.Unlock()
 	if ok {
+		l.lifecycle.Lock()
 		l.stop(context.Background())
+		l.lifecycle.Unlock()
 	}
 	return m.manager.DeleteCluster(wclName)
 }
@@ -421,7 +423,12 @@ func (m *WorkloadClustersMux) Shutdown(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, l := range ls {
 		wg.Add(1)
-		go func() { defer wg.Done(); l.stop(ctx) }()
+		go func() {
+			defer wg.Done()
+			l.lifecycle.Lock()
+			defer l.lifecycle.Unlock()
+			l.stop(ctx)
+		}()
 	}
 	wg.Wait()
 	return ctx.Err()
