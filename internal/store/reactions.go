@@ -21,6 +21,7 @@ func (c *Cluster) reactLocked(gr schema.GroupResource, old, obj client.Object) {
 		}
 		if gr == nodesGR {
 			c.collectPodsOfNode(old.GetName()) // podgc.go
+			c.nodesChangedLocked()             // rollouts.go
 		}
 		c.afterOwnersChanged(old.GetNamespace(), old.GetOwnerReferences(), nil) // gc.go
 		if gr == crdsGR {
@@ -36,6 +37,11 @@ func (c *Cluster) reactLocked(gr schema.GroupResource, old, obj client.Object) {
 	switch gr {
 	case nodesGR:
 		c.ensureNodeLeaseLocked(obj) // nodelease.go
+		if old == nil {
+			c.nodesChangedLocked() // rollouts.go
+		}
+	case deploymentsGR, daemonSetsGR:
+		c.rolloutsSawLocked(gr, obj) // rollouts.go
 	case podsGR:
 		c.kubeletSawPod(old, obj) // kubelet.go
 	case crdsGR:
