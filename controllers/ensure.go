@@ -223,7 +223,11 @@ func (r *GoofyMachineReconciler) ensureStaticPod(ctx context.Context, s *machine
 	if err != nil {
 		return err
 	}
-	pod := workload.StaticPod(component, s.nodeName(), s.machine.Spec.Version, internalIP(s.gm), metav1.NewTime(r.Clock.Now()))
+	images, err := kubeadmImages(ctx, c)
+	if err != nil {
+		return err
+	}
+	pod := workload.StaticPodWithImages(component, s.nodeName(), s.machine.Spec.Version, internalIP(s.gm), metav1.NewTime(r.Clock.Now()), images)
 	err = c.Get(ctx, client.ObjectKeyFromObject(pod), &corev1.Pod{})
 	if apierrors.IsNotFound(err) {
 		return createWithStatus(ctx, c, pod)
@@ -300,4 +304,23 @@ func createIfAbsent(ctx context.Context, c client.Client, obj client.Object) err
 		}
 	}
 	return err
+}
+
+// kubeadmImages reads the images kubeadm would use on a node that joins now: the ClusterConfiguration
+// in the workload cluster's kubeadm-config, which KCP updates before it rolls out machines (e.g. a
+// new etcd image tag). Before the first control plane wrote it, kubeadm's defaults.
+func kubeadmImages(ctx context.Context, c client.Client) (workload.Images, error) {
+	cm := &corev1.ConfigMap{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: "kubeadm-config"}, cm)
+	if apierrors.IsNotFound(err) {
+		return workload.Images{}, nil
+	}
+	if err != nil {
+		return workload.Images{}, err
+	}
+	images, err := workload.ImagesFromClusterConfiguration(cm.Data["ClusterConfiguration"])
+	if err != nil {
+		return workload.Images{}, fmt.Errorf("reading kube-system/kubeadm-config: %w", err)
+	}
+	return images, nil
 }

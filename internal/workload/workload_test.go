@@ -324,3 +324,28 @@ func TestDNSServiceIP(t *testing.T) {
 	g.Expect(workload.DNSServiceIP("not-a-cidr")).To(Equal("10.96.0.10"))
 	g.Expect(netip.MustParseAddr(workload.DNSServiceIP("10.96.0.5/12")).String()).To(Equal("10.96.0.10"))
 }
+
+// Static pods take their images from the ClusterConfiguration, as kubeadm does: the image
+// repository for every component, etcd's own repository and tag when set.
+func TestStaticPodImagesFromClusterConfiguration(t *testing.T) {
+	images, err := workload.ImagesFromClusterConfiguration(`apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+imageRepository: mirror.example/k8s
+etcd:
+  local:
+    imageTag: 3.6.99-0
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	if got := workload.StaticPodWithImages(workload.Etcd, "cp-0", "v1.36.3", "10.0.0.1", now, images).Spec.Containers[0].Image; got != "mirror.example/k8s/etcd:3.6.99-0" {
+		t.Errorf("etcd image %q", got)
+	}
+	if got := workload.StaticPodWithImages(workload.KubeAPIServer, "cp-0", "v1.36.3", "10.0.0.1", now, images).Spec.Containers[0].Image; got != "mirror.example/k8s/kube-apiserver:v1.36.3" {
+		t.Errorf("kube-apiserver image %q", got)
+	}
+	if got := workload.StaticPod(workload.Etcd, "cp-0", "v1.36.3", "10.0.0.1", now).Spec.Containers[0].Image; got != "registry.k8s.io/etcd:"+workload.EtcdVersion("v1.36.3") {
+		t.Errorf("default etcd image %q", got)
+	}
+}
