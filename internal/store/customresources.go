@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -104,10 +105,10 @@ func (c *Cluster) CustomResources() ([]ResourceInfo, uint64) {
 	}
 	slices.SortFunc(out, func(a, b ResourceInfo) int {
 		if a.GVR.Group != b.GVR.Group {
-			return compareStrings(a.GVR.Group, b.GVR.Group)
+			return cmp.Compare(a.GVR.Group, b.GVR.Group)
 		}
 		if a.GVR.Resource != b.GVR.Resource {
-			return compareStrings(a.GVR.Resource, b.GVR.Resource)
+			return cmp.Compare(a.GVR.Resource, b.GVR.Resource)
 		}
 		return -version.CompareKubeAwareVersionStrings(a.GVR.Version, b.GVR.Version)
 	})
@@ -130,16 +131,6 @@ func (c *Cluster) CustomResource(gvr schema.GroupVersionResource) (ResourceInfo,
 		}
 	}
 	return ResourceInfo{}, nil, false
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // buildCustomKind builds the resources crd defines: one servedResource per version, the storage

@@ -37,13 +37,11 @@ func (c *Cluster) unlockDurable(errp *error, skipWait bool) {
 func decodeStored(gr schema.GroupResource, value []byte) (schema.GroupResource, client.Object, error) {
 	b, ok := behaviorForGR(gr)
 	if !ok {
-		// A custom resource: its CRD is served once every object is loaded.
+		// A custom resource (its CRD is served once every object is loaded); anything else that
+		// is not served does not decode as one.
 		u := &unstructured.Unstructured{}
-		if len(value) == 0 || value[0] != 'j' {
-			return gr, nil, fmt.Errorf("resource %s is not served", gr)
-		}
 		if err := storage.DecodeValue(value, u); err != nil {
-			return gr, nil, err
+			return gr, nil, fmt.Errorf("resource %s is not served: %w", gr, err)
 		}
 		return gr, u, nil
 	}
