@@ -161,6 +161,18 @@ func (p *Plane) startAPIServer() error {
 		ControlPlaneStopTimeout:  30 * time.Second,
 	}
 	api := p.env.ControlPlane.GetAPIServer()
+	if p.env.ControlPlane.Etcd == nil {
+		p.env.ControlPlane.Etcd = &envtest.Etcd{}
+	}
+	// Both die with the harness, however it ends (see withParentDeath).
+	wrappers := filepath.Join(p.opts.OutputDir, "parent-death")
+	var err error
+	if api.Path, err = withParentDeath(wrappers, filepath.Join(p.opts.Binaries.Assets, "kube-apiserver")); err != nil {
+		return err
+	}
+	if p.env.ControlPlane.Etcd.Path, err = withParentDeath(wrappers, filepath.Join(p.opts.Binaries.Assets, "etcd")); err != nil {
+		return err
+	}
 	// On loopback there is no routable address to publish in the kubernetes Service's endpoints.
 	api.Configure().Set("endpoint-reconciler-type", "none")
 	for k, v := range p.opts.APIServerFlags {
@@ -172,9 +184,6 @@ func (p *Plane) startAPIServer() error {
 	}
 	api.Out, api.Err = af, af
 	p.logs = append(p.logs, af)
-	if p.env.ControlPlane.Etcd == nil {
-		p.env.ControlPlane.Etcd = &envtest.Etcd{}
-	}
 	ef, err := os.Create(p.logFile("etcd"))
 	if err != nil {
 		return err
