@@ -13,6 +13,10 @@
 // The API of Server speaks in pod names (etcd-<node>), like the mux does; the
 // etcd member names reported to clients are the node names, as kubeadm makes them.
 //
+// Membership changes over gRPC (MemberAdd, MemberRemove, MemberPromote) pass etcd's strict
+// reconfiguration check, on by default in etcd: a change that would leave too few started or
+// connected voting members for a quorum is refused with etcd's own errors (reconfig.go).
+//
 // The state that must outlive the process (members, their IDs, the leader, the
 // raft term and the alarms) is written through to a ConfigMap in the workload
 // cluster's own store, so a Server rebuilt after a restart answers exactly as

@@ -43,7 +43,13 @@ func (c *clusterService) MemberAdd(ctx context.Context, req *pb.MemberAddRequest
 		return nil, rpctypes.ErrGRPCMemberBadURLs
 	}
 	var added memberState
+	self := call.member.ID
 	call, err = c.s.mutate(ctx, call, func(st *state) (bool, error) {
+		if !req.IsLearner {
+			if err := c.s.mayAddVoter(st, self); err != nil {
+				return false, err
+			}
+		}
 		for _, m := range st.Members {
 			for _, u := range m.PeerURLs {
 				for _, want := range req.PeerURLs {
@@ -89,9 +95,13 @@ func (c *clusterService) MemberRemove(ctx context.Context, req *pb.MemberRemoveR
 	if err != nil {
 		return nil, err
 	}
+	self := call.member.ID
 	call, err = c.s.mutate(ctx, call, func(st *state) (bool, error) {
 		if st.byID(req.ID) == nil {
 			return false, rpctypes.ErrGRPCMemberNotFound
+		}
+		if err := c.s.mayRemoveVoter(st, self, req.ID); err != nil {
+			return false, err
 		}
 		st.remove(req.ID)
 		return true, nil
@@ -140,6 +150,9 @@ func (c *clusterService) MemberPromote(ctx context.Context, req *pb.MemberPromot
 			return false, rpctypes.ErrGRPCMemberNotLearner
 		case m.Name == "":
 			return false, rpctypes.ErrGRPCLearnerNotReady
+		}
+		if err := mayPromote(st); err != nil {
+			return false, err
 		}
 		m.IsLearner = false
 		st.electIfLeaderless()
