@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +59,9 @@ type WorkloadClusterListener struct {
 	apiServers  map[string]struct{}
 	etcdCerts   map[string]*tls.Certificate // by etcd pod name (the SNI)
 	etcd        *etcd.Server
+	// caGen and etcdGen count the cluster and etcd CAs this listener trusted: a connection
+	// verified with an older one is checked again (conn.caGen).
+	caGen, etcdGen uint64
 
 	// forwarded maps the local address of connections dialSelf opened for a port-forward to
 	// an etcd pod to that pod's name: clients such as etcdctl behind `kubectl port-forward` send
@@ -170,9 +172,15 @@ func (l *WorkloadClusterListener) addAPIServer(podName string, ca *x509.Certific
 	defer l.lifecycle.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if sharesKey(ca, l.etcdCA) {
+		return fmt.Errorf("the cluster CA of %s has the etcd CA's key: certificates of one would be accepted by the other", l.name)
+	}
 	if l.ca != nil && !sameCA(l.ca, ca) {
 		// The CA was rotated (or the cluster re-created): trust the new one, re-issue certificates.
 		l.servingCert, l.adminCert = nil, nil
+	}
+	if !sameCA(l.ca, ca) {
+		l.caGen++
 	}
 	l.ca, l.caKey = ca, caKey
 	l.caPool = x509.NewCertPool()
@@ -225,8 +233,14 @@ func (l *WorkloadClusterListener) addEtcdMember(podName string, ca *x509.Certifi
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if sharesKey(ca, l.ca) {
+		return fmt.Errorf("the etcd CA of %s has the cluster CA's key: certificates of one would be accepted by the other", l.name)
+	}
 	if l.etcdCA != nil && !sameCA(l.etcdCA, ca) {
 		l.etcdCerts = map[string]*tls.Certificate{}
+	}
+	if !sameCA(l.etcdCA, ca) {
+		l.etcdGen++
 	}
 	l.etcdCA, l.etcdCAKey = ca, caKey
 	l.etcdPool = x509.NewCertPool()
@@ -306,15 +320,16 @@ func (l *WorkloadClusterListener) startLocked() error {
 		Handler:           l.routes(api),
 		ReadHeaderTimeout: 30 * time.Second,
 		IdleTimeout:       5 * time.Minute,
-		TLSConfig:         &tls.Config{GetConfigForClient: l.tlsConfigFor},
+		ConnContext:       connContext,
 		ErrorLog:          discardLog,
 	}
 	done := make(chan struct{})
 	l.serveDone = done
 	srv := l.srv
+	tlsLn := tls.NewListener(&listenerConns{Listener: ln}, &tls.Config{GetConfigForClient: l.tlsConfigFor})
 	go func() {
 		defer close(done)
-		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(tlsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			l.mux.log.Error(err, "Workload cluster listener stopped", "cluster", l.name)
 		}
 	}()
@@ -353,20 +368,34 @@ func (l *WorkloadClusterListener) stop(ctx context.Context) {
 // quantum computers.
 var workloadCurves = []tls.CurveID{tls.X25519, tls.CurveP256}
 
-// tlsConfigFor picks certificate and trust root by server name: an etcd member's name gets its
-// serving certificate and requires a client certificate from the etcd CA; anything else gets the
-// API server certificate and accepts client certificates from the cluster CA. Versions, cipher
-// suites and key exchanges are the mux's TLSOptions.
+// tlsConfigFor decides what a connection is for, once (conn): a port-forward tunnel dialSelf
+// opened to an etcd pod, or a server name that names an etcd member, is that member's
+// connection: its serving certificate, a client certificate from the etcd CA required, and
+// only etcd behind it. A tunnel to an etcd pod whose member is gone is refused. Anything else is
+// the API server's connection: its certificate, client certificates from the cluster CA accepted
+// (none is answered with a 401 by the handler, as kube-apiserver does; one from another CA fails
+// the handshake), and never etcd. Versions, cipher suites and key exchanges are the mux's
+// TLSOptions.
 func (l *WorkloadClusterListener) tlsConfigFor(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+	c, _ := hello.Conn.(*conn)
+	if c == nil || c.decided {
+		return nil, errors.New("connection without a listener's decision")
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	name := hello.ServerName
-	if _, ok := l.etcdCerts[name]; !ok && hello.Conn != nil {
-		if pod, ok := l.forwarded.Load(hello.Conn.RemoteAddr().String()); ok {
-			name = pod.(string)
-		}
+	member := ""
+	if pod, ok := l.forwarded.Load(hello.Conn.RemoteAddr().String()); ok {
+		member = pod.(string)
+	} else if _, ok := l.etcdCerts[hello.ServerName]; ok {
+		member = hello.ServerName
 	}
-	if cert, ok := l.etcdCerts[name]; ok {
+	if member != "" {
+		cert, ok := l.etcdCerts[member]
+		if !ok {
+			return nil, fmt.Errorf("etcd member %s of %s is gone", member, l.name)
+		}
+		c.decided, c.etcdMember = true, member
+		c.caGen.Store(l.etcdGen)
 		return l.mux.tls.apply(&tls.Config{
 			Certificates: []tls.Certificate{*cert},
 			ClientAuth:   tls.RequireAndVerifyClientCert,
@@ -382,38 +411,32 @@ func (l *WorkloadClusterListener) tlsConfigFor(hello *tls.ClientHelloInfo) (*tls
 			l.servingCert = cert
 		}
 	}
+	c.decided = true
+	c.caGen.Store(l.caGen)
 	return l.mux.tls.apply(&tls.Config{
 		Certificates: []tls.Certificate{*l.servingCert},
-		// A missing certificate is answered with a 401 Status by the handler, as kube-apiserver
-		// does; a certificate from another CA fails the handshake.
-		ClientAuth: tls.VerifyClientCertIfGiven,
-		ClientCAs:  l.caPool,
-		NextProtos: []string{"h2", "http/1.1"},
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		ClientCAs:    l.caPool,
+		NextProtos:   []string{"h2", "http/1.1"},
 	}), nil
 }
 
-// routes sends gRPC on an etcd member's server name to the fake etcd, the rest to the API server.
+// routes sends every request to what its connection's handshake decided (tlsConfigFor): an etcd
+// member's connection to the fake etcd, the API server's to the API server's filter chain.
 func (l *WorkloadClusterListener) routes(api http.Handler) http.Handler {
 	// kube-apiserver's order: the request is parsed once (genericfilters.WithRequestInfo), then
 	// authenticated; metrics and the API server read the parsed RequestInfo from the context.
 	authenticated := genericfilters.WithRequestInfo(authenticate(instrument(l.withFaults(api))), requestInfoFactory)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
-			member := r.TLS.ServerName
-			if pod, ok := l.forwarded.Load(r.RemoteAddr); ok {
-				member = pod.(string)
-			}
-			l.mu.Lock()
-			_, isEtcd := l.etcdCerts[member]
-			grpcSrv := l.grpcSrv
-			l.mu.Unlock()
-			if isEtcd && grpcSrv != nil {
-				r = r.WithContext(etcd.ContextWithMember(r.Context(), member))
-				grpcSrv.ServeHTTP(w, r)
-				return
-			}
+		c := connFrom(r.Context())
+		switch {
+		case c == nil || !c.decided:
+			http.Error(w, "connection without a listener's decision", http.StatusInternalServerError)
+		case c.etcdMember != "":
+			l.serveEtcd(c, w, r)
+		default:
+			authenticated.ServeHTTP(w, l.currentChains(c, r))
 		}
-		authenticated.ServeHTTP(w, r)
 	})
 }
 

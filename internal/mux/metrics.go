@@ -33,10 +33,31 @@ var (
 		Name: "goofy_mux_watches_active",
 		Help: "Watch requests currently open on workload cluster listeners.",
 	})
+	refusedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "goofy_mux_refused_total",
+		Help: "Connections, requests and streams the workload cluster listeners refused or ended at a limit (docs/limits.md), by reason.",
+	}, []string{"reason"})
 )
 
+// The reasons of goofy_mux_refused_total, one per limit.
+const (
+	reasonConnections        = "connections"          // --workload-max-connections-per-listener
+	reasonInflightReadOnly   = "inflight_readonly"    // --workload-max-requests-inflight
+	reasonInflightMutating   = "inflight_mutating"    // --workload-max-mutating-requests-inflight
+	reasonRequestTimeout     = "request_timeout"      // --workload-request-timeout
+	reasonWatches            = "watches"              // --workload-max-watches-per-cluster
+	reasonWatchWriteTimeout  = "watch_write_timeout"  // --workload-watch-write-timeout
+	reasonPortForwardStreams = "port_forward_streams" // --workload-max-port-forward-streams
+)
+
+func refused(reason string) { refusedTotal.WithLabelValues(reason).Inc() }
+
 func init() {
-	metrics.Registry.MustRegister(listenersOpen, requestsTotal, requestDuration, watchesActive)
+	metrics.Registry.MustRegister(listenersOpen, requestsTotal, requestDuration, watchesActive, refusedTotal)
+	for _, r := range []string{reasonConnections, reasonInflightReadOnly, reasonInflightMutating, reasonRequestTimeout,
+		reasonWatches, reasonWatchWriteTimeout, reasonPortForwardStreams} {
+		refusedTotal.WithLabelValues(r) // every series from the start, at 0
+	}
 }
 
 var discardLog = log.New(io.Discard, "", 0)
