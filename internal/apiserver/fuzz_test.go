@@ -8,13 +8,24 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/testenv"
+)
+
+// What one request of the fuzz target may cost (the store's fuzz target has the same budget):
+// a simulated cluster shares its process with all others, so no request may allocate without
+// bound or hold its cluster's lock for long. The copy-doubling seed allocates gigabytes without
+// kube-apiserver's JSON patch copy limit.
+const (
+	fuzzAllocBudget = 64 << 20
+	fuzzLockBudget  = time.Second
 )
 
 // FuzzServeHTTP throws arbitrary methods, paths, queries, content types and bodies at one
 // handler. A panic (recovered into a 500 InternalError) or any other 5xx fails: bad input must
-// always be answered with a 4xx Status.
+// always be answered with a 4xx Status, within the budget of memory and lock time.
 func FuzzServeHTTP(f *testing.F) {
 	m := store.NewManager()
 	c, err := m.AddCluster("fuzz", store.ClusterOptions{KubernetesVersion: testVersion, EventHistory: 64})
@@ -33,6 +44,7 @@ func FuzzServeHTTP(f *testing.F) {
 		{"DELETE", "/api/v1/namespaces/default/configmaps", "labelSelector=a%3Db", "application/vnd.kubernetes.protobuf", "", "k8s\x00\x0a\x01"},
 		{"GET", "/apis", "", "", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList", ""},
 		{"PUT", "/api/v1/nodes/n/status", "", "application/yaml", "", "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n"},
+		{"PATCH", "/api/v1/namespaces/default/configmaps/a", "", "application/json-patch+json", "", string(copyBomb())},
 	}
 	for _, s := range seed {
 		f.Add(s.method, s.path, s.query, s.ctype, s.accept, []byte(s.body))
@@ -53,7 +65,15 @@ func FuzzServeHTTP(f *testing.F) {
 		req.Header.Set("Content-Type", ctype)
 		req.Header.Set("Accept", accept)
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
+		store.TimeLockHolds(true)
+		defer store.TimeLockHolds(false)
+		store.LongestLockHold()
+		if n := testenv.Allocated(func() { h.ServeHTTP(rec, req) }); n > fuzzAllocBudget {
+			t.Fatalf("%s %s?%s allocated %d MiB, over the budget of %d MiB", method, path, query, n>>20, fuzzAllocBudget>>20)
+		}
+		if d := store.LongestLockHold(); d > fuzzLockBudget {
+			t.Fatalf("%s %s?%s held the cluster lock for %v, over the budget of %v", method, path, query, d, fuzzLockBudget)
+		}
 		if rec.Code >= 500 {
 			t.Fatalf("%s %s?%s (ctype %q accept %q, body %q) -> %d: %s", method, path, query, ctype, accept, body, rec.Code, rec.Body.String())
 		}

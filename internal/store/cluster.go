@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,7 +27,7 @@ import (
 type Cluster struct {
 	name string
 
-	mu      sync.RWMutex
+	mu      clusterLock
 	version string
 	objs    *storage.Objects // the objects, their resourceVersions, history and disk copy
 	// custom is the resources CRDs define in this cluster (customresources.go).
