@@ -1,4 +1,4 @@
-//go:build capdserver
+//go:build ignore
 
 // Command capdserver is the CAPD side of `make bench-api`: one workload cluster of CAPI's
 // in-memory backend (sigs.k8s.io/cluster-api/test/infrastructure/inmemory: its
@@ -9,7 +9,8 @@
 // It is not built with this repository's module: build-capdserver.sh builds it in the module
 // test/bench/build-capd.sh keeps for CAPD under the user cache, against
 // sigs.k8s.io/cluster-api/test, which needs neither Docker nor kind at run time but would add
-// their libraries to Goofy's go.mod.
+// their libraries to Goofy's go.mod. The ignore constraint keeps it out of this module, `go mod
+// tidy` included (tidy honours every build tag but ignore); the script names the file to build.
 package main
 
 import (
