@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/certs"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/secret"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -121,10 +122,19 @@ func (r *GoofyMachineReconciler) ensureNode(ctx context.Context, s *machineScope
 		if s.faults.vmFailed {
 			markNodeUnreachable(node, now)
 		}
+		metav1.SetMetaDataAnnotation(&node.ObjectMeta, MachineUIDAnnotation, string(s.gm.UID))
 		return createWithStatus(ctx, c, node)
 	}
 	if err != nil {
 		return err
+	}
+	if node.Annotations[MachineUIDAnnotation] != string(s.gm.UID) {
+		// A Node made before the annotation existed, or by a GoofyMachine the Machine named
+		// before: the Machine's infrastructure owns its Node.
+		metav1.SetMetaDataAnnotation(&node.ObjectMeta, MachineUIDAnnotation, string(s.gm.UID))
+		if err := c.Update(ctx, node); err != nil {
+			return err
+		}
 	}
 	if s.faults.vmFailed {
 		// The kubelet is gone with the VM: nobody posts the Node's status any more.
@@ -250,6 +260,31 @@ func (r *GoofyMachineReconciler) clusterCA(ctx context.Context, s *machineScope,
 		return nil, nil, fmt.Errorf("decoding %s: invalid key", sec.Name)
 	}
 	return cert, key, nil
+}
+
+// MachineUIDAnnotation on a workload cluster's Node records the UID of the GoofyMachine that
+// registered it: a GoofyMachine releasing without its Machine (ownsWorkloadNode) proves with it
+// that the Node of that name is its own. It is kept in the workload cluster's state, so it
+// survives restarts.
+const MachineUIDAnnotation = "goofy.infrastructure.cluster.x-k8s.io/machine-uid"
+
+// ownsWorkloadNode reports whether the machine's Node, and the control-plane members named after
+// it, are gm's: the Node carries gm's UID. Without a Node (deleted in the workload cluster), gm's
+// own status decides: phases that gm's reconciles completed (a copy's create cannot carry status).
+func ownsWorkloadNode(ctx context.Context, s *machineScope, l *mux.WorkloadClusterListener) (bool, error) {
+	c, err := l.GetClient()
+	if err != nil {
+		return false, err
+	}
+	node := &corev1.Node{}
+	err = c.Get(ctx, client.ObjectKey{Name: s.nodeName()}, node)
+	if apierrors.IsNotFound(err) {
+		return s.gm.Spec.ProviderID != "" && conditions.IsTrue(s.gm, infrav1.NodeProvisionedCondition), nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return node.Annotations[MachineUIDAnnotation] == string(s.gm.UID), nil
 }
 
 // teardown removes what the machine added to the workload cluster: Node, static pods, etcd member

@@ -107,10 +107,85 @@ func (r *GoofyClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, nil
 	}
 
+	// Only the GoofyCluster the Cluster names is its infrastructure: a copy (same owner, same
+	// cluster-name label, so the same workload cluster key) must neither serve nor free it.
+	if !isClusterInfrastructure(cluster, gc) {
+		if !gc.DeletionTimestamp.IsZero() {
+			return ctrl.Result{}, r.releaseIfHeld(ctx, gc, mux.ClusterKey(gc.Namespace, cluster.Name))
+		}
+		gc.Status.Initialization.Provisioned = nil
+		msg := fmt.Sprintf("Cluster %s names GoofyCluster %q in spec.infrastructureRef, not this one: it serves and frees nothing",
+			klogRef(cluster), cluster.Spec.InfrastructureRef.Name)
+		setNotReady(gc, infrav1.LoadBalancerReadyCondition, infrav1.NotClusterInfrastructureReason, msg)
+		setNotReady(gc, infrav1.ReadyCondition, infrav1.NotClusterInfrastructureReason, msg)
+		return ctrl.Result{}, nil
+	}
 	if !gc.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, cluster, gc)
 	}
 	return r.reconcileNormal(ctx, cluster, gc)
+}
+
+// isClusterInfrastructure reports whether the Cluster's spec.infrastructureRef names gc.
+func isClusterInfrastructure(cluster *clusterv1.Cluster, gc *infrav1.GoofyCluster) bool {
+	ref := cluster.Spec.InfrastructureRef
+	return cluster.Namespace == gc.Namespace && ref.Name == gc.Name && ref.Kind == "GoofyCluster" &&
+		ref.APIGroup == infrav1.GroupVersion.Group
+}
+
+// heldRetry is how soon a GoofyCluster looks again at a workload cluster another GoofyCluster
+// still holds (that one's deletion does not wake this one).
+const heldRetry = 10 * time.Second
+
+// claimListener reserves the workload cluster's listener for gc, the Cluster's infrastructure.
+// Another UID may hold it: a GoofyCluster the Cluster named before. While that object exists it
+// keeps the workload cluster (its deletion releases it); once it is gone without releasing
+// (its finalizer removed by hand), gc takes the workload cluster over.
+func (r *GoofyClusterReconciler) claimListener(ctx context.Context, gc *infrav1.GoofyCluster, key string) (*mux.WorkloadClusterListener, error) {
+	port := int(gc.Spec.ControlPlaneEndpoint.Port)
+	l, err := r.Mux.ClaimWorkloadClusterListener(key, port, gc.UID)
+	if !errors.Is(err, mux.ErrHeldByAnother) {
+		return l, err
+	}
+	holder, _ := r.Mux.OwnerOf(key)
+	list := &infrav1.GoofyClusterList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(gc.Namespace)); err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		if list.Items[i].UID == holder {
+			return nil, errHeld{holder: &list.Items[i]}
+		}
+	}
+	if r.Mux.TransferWorkloadClusterListener(key, holder, gc.UID) {
+		ctrl.LoggerFrom(ctx).Info("Took over the workload cluster of a GoofyCluster that no longer exists", "cluster", key, "previousUID", holder)
+	}
+	return r.Mux.ClaimWorkloadClusterListener(key, port, gc.UID)
+}
+
+// errHeld: another existing GoofyCluster holds the workload cluster.
+type errHeld struct{ holder *infrav1.GoofyCluster }
+
+func (e errHeld) Error() string {
+	return fmt.Sprintf("the workload cluster is still held by GoofyCluster %s (uid %s), which the Cluster named before; it is released when that GoofyCluster is deleted",
+		klogRef(e.holder), e.holder.UID)
+}
+
+// releaseIfHeld is the deletion of a GoofyCluster that is not (or no longer) its Cluster's
+// infrastructure: it frees the workload cluster only if gc's UID holds it, and removes the finalizer.
+func (r *GoofyClusterReconciler) releaseIfHeld(ctx context.Context, gc *infrav1.GoofyCluster, key string) error {
+	if uid, held := r.Mux.OwnerOf(key); held && uid == gc.UID {
+		if _, err := r.Mux.ReleaseWorkloadClusterListener(key, gc.UID); err != nil {
+			return err
+		}
+		ctrl.LoggerFrom(ctx).Info("Released the workload cluster listener and store", "cluster", key)
+		if r.Azure != nil {
+			r.Azure.forget(key)
+		}
+	}
+	activeFaults.set(clusterFaultKey(gc), nil)
+	controllerutil.RemoveFinalizer(gc, infrav1.ClusterFinalizer)
+	return nil
 }
 
 func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Cluster, gc *infrav1.GoofyCluster) (ctrl.Result, error) {
@@ -119,16 +194,15 @@ func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *c
 	controllerutil.AddFinalizer(gc, infrav1.ClusterFinalizer)
 
 	// Keep a recorded endpoint's port: after a restart the listener comes back where clients expect it.
-	var l *mux.WorkloadClusterListener
-	var err error
-	if port := int(gc.Spec.ControlPlaneEndpoint.Port); port != 0 {
-		l, err = r.Mux.InitWorkloadClusterListenerOnPort(key, port)
-	} else {
-		l, err = r.Mux.InitWorkloadClusterListener(key)
-	}
+	l, err := r.claimListener(ctx, gc, key)
 	if err != nil {
 		reason := infrav1.ListenerFailedReason
+		var held errHeld
 		switch {
+		case errors.As(err, &held):
+			setNotReady(gc, infrav1.LoadBalancerReadyCondition, infrav1.WorkloadClusterHeldReason, err.Error())
+			setNotReady(gc, infrav1.ReadyCondition, infrav1.WorkloadClusterHeldReason, err.Error())
+			return ctrl.Result{RequeueAfter: heldRetry}, nil
 		case errors.Is(err, mux.ErrPortRangeExhausted):
 			reason = infrav1.PortRangeExhaustedReason
 		case errors.Is(err, store.ErrStateUnreadable):
@@ -224,8 +298,15 @@ func (r *GoofyClusterReconciler) repairKubeconfig(ctx context.Context, cluster *
 func (r *GoofyClusterReconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Cluster, gc *infrav1.GoofyCluster) error {
 	setNotReady(gc, infrav1.ReadyCondition, infrav1.DeletingReason, "")
 	key := mux.ClusterKey(gc.Namespace, cluster.Name)
-	if err := r.Mux.DeleteWorkloadClusterListener(key); err != nil {
+	released, err := r.Mux.ReleaseWorkloadClusterListener(key, gc.UID)
+	if err != nil {
 		return err
+	}
+	if !released {
+		// Another GoofyCluster the Cluster named before still holds it: that one's deletion frees it.
+		activeFaults.set(clusterFaultKey(gc), nil)
+		controllerutil.RemoveFinalizer(gc, infrav1.ClusterFinalizer)
+		return nil
 	}
 	if r.Azure != nil {
 		r.Azure.forget(key)
@@ -240,12 +321,11 @@ func (r *GoofyClusterReconciler) reconcileDelete(ctx context.Context, cluster *c
 // removes its finalizer.
 func (r *GoofyClusterReconciler) releaseOrphan(ctx context.Context, gc *infrav1.GoofyCluster) error {
 	ctrl.LoggerFrom(ctx).Info("Cluster already deleted, releasing the GoofyCluster")
-	if err := r.Mux.DeleteWorkloadClusterListener(mux.ClusterKey(gc.Namespace, mux.ClusterNameOf(gc))); err != nil {
+	orig := gc.DeepCopy()
+	// Only what gc's UID holds: a copy of the GoofyCluster shares the workload cluster's key.
+	if err := r.releaseIfHeld(ctx, gc, mux.ClusterKey(gc.Namespace, mux.ClusterNameOf(gc))); err != nil {
 		return err
 	}
-	activeFaults.set(clusterFaultKey(gc), nil)
-	orig := gc.DeepCopy()
-	controllerutil.RemoveFinalizer(gc, infrav1.ClusterFinalizer)
 	return client.IgnoreNotFound(r.Client.Patch(ctx, gc, client.MergeFrom(orig)))
 }
 

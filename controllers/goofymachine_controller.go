@@ -145,6 +145,18 @@ func (r *GoofyMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, nil
 	}
 
+	// Only the GoofyMachine the Machine names is its infrastructure: a copy or a decoy owned by
+	// the same Machine would otherwise share its Node, etcd member and API server, and release
+	// them on deletion.
+	if !isMachineInfrastructure(machine, gm) {
+		if !gm.DeletionTimestamp.IsZero() {
+			return ctrl.Result{}, r.releaseOrphan(ctx, gm)
+		}
+		conditions.Set(gm, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionFalse, Reason: infrav1.NotMachineInfrastructureReason,
+			Message: fmt.Sprintf("Machine %s names GoofyMachine %q in spec.infrastructureRef, not this one: it provisions and releases nothing",
+				klogRef(machine), machine.Spec.InfrastructureRef.Name)})
+		return ctrl.Result{}, nil
+	}
 	s := &machineScope{cluster: cluster, machine: machine, gm: gm, key: mux.ClusterKey(cluster.Namespace, cluster.Name)}
 	if ref := cluster.Spec.InfrastructureRef; ref.Name != "" {
 		gc := &infrav1.GoofyCluster{}
@@ -286,21 +298,37 @@ func (r *GoofyMachineReconciler) reconcileDelete(ctx context.Context, s *machine
 	return nil
 }
 
-// releaseOrphan removes the finalizer of a machine whose Machine or Cluster is already gone. If
-// its workload cluster still serves, what the machine added there goes first (Node, pods, etcd
-// member, API server): the owner reference still names the Machine (= the Node), and CAPI copies
-// the control-plane label to the infrastructure machine. Otherwise the workload cluster's store
-// goes with its GoofyCluster.
+// isMachineInfrastructure reports whether the Machine's spec.infrastructureRef names gm.
+func isMachineInfrastructure(machine *clusterv1.Machine, gm *infrav1.GoofyMachine) bool {
+	ref := machine.Spec.InfrastructureRef
+	return machine.Namespace == gm.Namespace && ref.Name == gm.Name && ref.Kind == "GoofyMachine" &&
+		ref.APIGroup == infrav1.GroupVersion.Group
+}
+
+// releaseOrphan removes the finalizer of a machine whose Machine or Cluster is already gone, or
+// that its Machine does not name. If its workload cluster still serves, what the machine added
+// there goes first (Node, pods, etcd member, API server), but only what this GoofyMachine made
+// (ownsWorkloadNode): its labels and owner reference, all a copy or a decoy needs to name
+// another machine's Node, are not proof. Otherwise the workload cluster's store goes with its
+// GoofyCluster.
 func (r *GoofyMachineReconciler) releaseOrphan(ctx context.Context, gm *infrav1.GoofyMachine) error {
-	ctrl.LoggerFrom(ctx).Info("Owner already deleted, releasing the GoofyMachine")
+	ctrl.LoggerFrom(ctx).Info("Owner already deleted or not naming this GoofyMachine, releasing the GoofyMachine")
 	if clusterName := gm.Labels[clusterv1.ClusterNameLabel]; clusterName != "" {
 		key := mux.ClusterKey(gm.Namespace, clusterName)
 		if l, ok := r.Mux.Listener(key); ok {
 			s := &machineScope{gm: gm, key: key, machine: &clusterv1.Machine{
 				ObjectMeta: metav1.ObjectMeta{Namespace: gm.Namespace, Name: ownerMachineName(gm), Labels: gm.Labels},
 			}}
-			if err := r.teardown(ctx, s, l); err != nil {
+			owns, err := ownsWorkloadNode(ctx, s, l)
+			if err != nil {
 				return err
+			}
+			if owns {
+				if err := r.teardown(ctx, s, l); err != nil {
+					return err
+				}
+			} else {
+				ctrl.LoggerFrom(ctx).Info("The workload Node of that name is not this GoofyMachine's, leaving it", "node", s.nodeName())
 			}
 		}
 		r.ips.release(key, gm.Name)

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"sync"
 
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -42,11 +45,69 @@ func (h *HotRestarter) Start(ctx context.Context) error {
 	if err := h.Reader.List(ctx, list, client.InNamespace(h.Namespace)); err != nil {
 		return err
 	}
+	clusters := &clusterv1.ClusterList{}
+	if err := h.Reader.List(ctx, clusters, client.InNamespace(h.Namespace)); err != nil {
+		return err
+	}
+	list.Items = holders(list.Items, clusters.Items)
 	if err := h.Mux.HotRestart(list); err != nil {
 		log.Error(err, "Some workload cluster listeners could not be restored on their ports")
 	}
 	log.Info("Restored workload cluster listeners", "clusters", len(list.Items))
 	return nil
+}
+
+// holders picks, per workload cluster, the GoofyCluster that holds it, for HotRestart to claim
+// the listener for its UID; copies of a GoofyCluster share the workload cluster's key. In order
+// of preference: the GoofyCluster its Cluster names (spec.infrastructureRef) once it has
+// provisioned; else the only provisioned one (one the Cluster named before, or the GoofyCluster
+// of a Cluster already gone: status.initialization.provisioned is written for the holder alone,
+// and a copy's create cannot carry status); else the one its Cluster names. A workload cluster
+// without a holder is not restored, and its state is deleted as that of a deleted cluster.
+func holders(gcs []infrav1.GoofyCluster, clusters []clusterv1.Cluster) []infrav1.GoofyCluster {
+	byKey := map[string]*clusterv1.Cluster{}
+	for i := range clusters {
+		byKey[mux.ClusterKey(clusters[i].Namespace, clusters[i].Name)] = &clusters[i]
+	}
+	type candidates struct{ named, provisioned []int }
+	cands := map[string]*candidates{}
+	var keys []string
+	for i := range gcs {
+		gc := &gcs[i]
+		key := mux.ClusterKey(gc.Namespace, mux.ClusterNameOf(gc))
+		c := cands[key]
+		if c == nil {
+			c = &candidates{}
+			cands[key] = c
+			keys = append(keys, key)
+		}
+		if cl := byKey[key]; cl != nil && isClusterInfrastructure(cl, gc) {
+			c.named = append(c.named, i)
+		}
+		if ptr.Deref(gc.Status.Initialization.Provisioned, false) {
+			c.provisioned = append(c.provisioned, i)
+		}
+	}
+	out := make([]infrav1.GoofyCluster, 0, len(keys))
+	for _, key := range keys {
+		c := cands[key]
+		pick := -1
+		for _, n := range c.named {
+			if slices.Contains(c.provisioned, n) {
+				pick = n
+			}
+		}
+		if pick < 0 && len(c.provisioned) == 1 {
+			pick = c.provisioned[0]
+		}
+		if pick < 0 && len(c.named) > 0 {
+			pick = c.named[0]
+		}
+		if pick >= 0 {
+			out = append(out, gcs[pick])
+		}
+	}
+	return out
 }
 
 // Wait blocks until Start has run or ctx ends. A nil HotRestarter does not wait.

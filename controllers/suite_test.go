@@ -284,6 +284,7 @@ type machineOpts struct {
 	labels        map[string]string
 	annotations   map[string]string
 	version       string // default kubernetesVersion
+	infraName     string // the GoofyMachine's name (the Machine's spec.infrastructureRef); default the Machine's
 }
 
 // newMachine creates a Machine and its GoofyMachine (owned by the Machine), as CAPI's MachineSet
@@ -298,13 +299,17 @@ func newMachine(t testing.TB, f *fixture, name string, o machineOpts) (*clusterv
 	for k, v := range o.labels {
 		labels[k] = v
 	}
+	infraName := name
+	if o.infraName != "" {
+		infraName = o.infraName
+	}
 	machine := &clusterv1.Machine{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, Labels: labels},
 		Spec: clusterv1.MachineSpec{
 			ClusterName: f.cluster.Name,
 			Version:     kubernetesVersion,
 			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
-				APIGroup: infrav1.GroupVersion.Group, Kind: "GoofyMachine", Name: name,
+				APIGroup: infrav1.GroupVersion.Group, Kind: "GoofyMachine", Name: infraName,
 			},
 			FailureDomain: o.failureDomain,
 		},
@@ -324,7 +329,7 @@ func newMachine(t testing.TB, f *fixture, name string, o machineOpts) (*clusterv
 	}
 	gm := &infrav1.GoofyMachine{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: f.ns, Name: name, Labels: labels, Annotations: o.annotations,
+			Namespace: f.ns, Name: infraName, Labels: labels, Annotations: o.annotations,
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: machine.Name, UID: machine.UID,
 			}},

@@ -44,6 +44,15 @@ const (
 	// FaultsActiveReason and NoFaultsReason are the reasons of FaultsInjected.
 	FaultsActiveReason = "FaultsActive"
 	NoFaultsReason     = "NoFaults"
+	// NotClusterInfrastructureReason: the GoofyCluster is not the one its Cluster's
+	// spec.infrastructureRef names (a copy): it serves and frees nothing.
+	NotClusterInfrastructureReason = "NotClusterInfrastructure"
+	// WorkloadClusterHeldReason: the Cluster names this GoofyCluster, but another GoofyCluster
+	// it named before still holds the workload cluster.
+	WorkloadClusterHeldReason = "WorkloadClusterHeld"
+	// NotMachineInfrastructureReason: the GoofyMachine is not the one its Machine's
+	// spec.infrastructureRef names (a copy or a decoy): it provisions and releases nothing.
+	NotMachineInfrastructureReason = "NotMachineInfrastructure"
 	// VMFailedReason: spec.simulation.vmFailed, a terminal failure of the machine (Ready=False).
 	VMFailedReason = "VMFailed"
 )

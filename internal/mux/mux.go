@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
@@ -103,7 +104,8 @@ type WorkloadClustersMux struct {
 
 	mu        sync.Mutex
 	listeners map[string]*WorkloadClusterListener
-	ports     map[int]string // port -> cluster key
+	ports     map[int]string       // port -> cluster key
+	owners    map[string]types.UID // cluster key -> UID of the object holding it (see ClaimWorkloadClusterListener)
 	nextPort  int
 	closed    bool
 }
@@ -299,6 +301,7 @@ func (m *WorkloadClustersMux) DeleteWorkloadClusterListener(wclName string) erro
 		delete(m.listeners, wclName)
 		delete(m.ports, l.port)
 	}
+	delete(m.owners, wclName)
 	m.mu.Unlock()
 	if ok {
 		l.lifecycle.Lock()
@@ -310,7 +313,9 @@ func (m *WorkloadClustersMux) DeleteWorkloadClusterListener(wclName string) erro
 
 // HotRestart re-creates the listener of every GoofyCluster on the port recorded in its
 // spec.controlPlaneEndpoint, so endpoints do not move when the process restarts or leadership
-// changes. A cluster whose port is taken or duplicated fails alone; the others proceed.
+// changes. A cluster whose port is taken or duplicated fails alone; the others proceed. Each
+// listener is claimed for its GoofyCluster's UID: the caller passes the one GoofyCluster per
+// workload cluster that holds it.
 func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) error {
 	if clusters == nil {
 		return nil
@@ -325,7 +330,7 @@ func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) err
 		}
 		key := ClusterKey(gc.Namespace, ClusterNameOf(gc))
 		keep = append(keep, key)
-		l, err := m.initListener(key, port)
+		l, err := m.ClaimWorkloadClusterListener(key, port, gc.UID)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("workload cluster %s: %w", key, err))
 			continue
@@ -438,4 +443,74 @@ func (m *WorkloadClustersMux) Shutdown(ctx context.Context) error {
 // cluster's endpoint already records. An existing listener on another port is an error.
 func (m *WorkloadClustersMux) InitWorkloadClusterListenerOnPort(wclName string, port int) (*WorkloadClusterListener, error) {
 	return m.initListener(wclName, port)
+}
+
+// Ownership: which object holds a workload cluster. A workload cluster is keyed by
+// "<namespace>/<cluster name>", which any copy of its GoofyCluster shares; the UID of the one
+// object that claimed it decides who may release it.
+
+// ErrHeldByAnother is returned when another object's UID holds the workload cluster.
+var ErrHeldByAnother = errors.New("workload cluster is held by another object")
+
+// ClaimWorkloadClusterListener is InitWorkloadClusterListener (on port, unless 0) for the object
+// with UID owner, which holds the workload cluster from then on. It fails with ErrHeldByAnother
+// while another UID holds it.
+func (m *WorkloadClustersMux) ClaimWorkloadClusterListener(wclName string, port int, owner types.UID) (*WorkloadClusterListener, error) {
+	if owner == "" {
+		return nil, errors.New("mux: claiming a workload cluster needs the owner's UID")
+	}
+	m.mu.Lock()
+	cur, held := m.owners[wclName]
+	if held && cur != owner {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s is held by UID %s", ErrHeldByAnother, wclName, cur)
+	}
+	if m.owners == nil {
+		m.owners = map[string]types.UID{}
+	}
+	m.owners[wclName] = owner
+	m.mu.Unlock()
+	l, err := m.initListener(wclName, port)
+	if err != nil && !held {
+		m.mu.Lock()
+		if _, listening := m.listeners[wclName]; !listening && m.owners[wclName] == owner {
+			delete(m.owners, wclName)
+		}
+		m.mu.Unlock()
+	}
+	return l, err
+}
+
+// OwnerOf returns the UID holding the workload cluster.
+func (m *WorkloadClustersMux) OwnerOf(wclName string) (types.UID, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	uid, ok := m.owners[wclName]
+	return uid, ok
+}
+
+// TransferWorkloadClusterListener hands the workload cluster from UID from to UID to, if from
+// still holds it (the caller has checked that from's object is gone).
+func (m *WorkloadClustersMux) TransferWorkloadClusterListener(wclName string, from, to types.UID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if cur, held := m.owners[wclName]; !held || cur != from || to == "" {
+		return false
+	}
+	m.owners[wclName] = to
+	return true
+}
+
+// ReleaseWorkloadClusterListener is DeleteWorkloadClusterListener for the object with UID owner:
+// it releases nothing, and reports false, while a listener exists that owner does not hold. With
+// no listener, the cluster's state (if any) is dropped.
+func (m *WorkloadClustersMux) ReleaseWorkloadClusterListener(wclName string, owner types.UID) (bool, error) {
+	m.mu.Lock()
+	cur, held := m.owners[wclName]
+	_, listening := m.listeners[wclName]
+	m.mu.Unlock()
+	if held && cur != owner || !held && listening {
+		return false, nil
+	}
+	return true, m.DeleteWorkloadClusterListener(wclName)
 }
