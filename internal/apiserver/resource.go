@@ -58,6 +58,9 @@ func (rq *reqScope) codecs() runtime.NegotiatedSerializer {
 }
 
 func (h *handler) serveResource(w http.ResponseWriter, r *http.Request, info *apirequest.RequestInfo) {
+	if changesRBAC(info.APIGroup, info.Verb) {
+		w = &rbacWrite{ResponseWriter: w, c: h.c}
+	}
 	gvr := schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource}
 	ri, ok := getServing().disc.byGVR[gvr]
 	custom := false

@@ -1,34 +1,28 @@
 package mux
 
 import (
-	"fmt"
+	"encoding/json"
 	"net/http"
 	"slices"
-	"strings"
 
-	"encoding/json"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/authz"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
 
-// Groups and users allowed to use a workload cluster's API. Every identity must come with a client
-// certificate that chains to this cluster's CA (checked in the TLS handshake); among those, the
-// admin groups and the control-plane components' own identities are authorized.
-var (
-	adminGroups     = []string{"system:masters", "kubeadm:cluster-admins"}
-	componentUsers  = []string{"system:kube-controller-manager", "system:kube-scheduler", "system:kube-proxy", "kube-apiserver-kubelet-client"}
-	nodeUserPrefix  = "system:node:"
-	nodesGroup      = "system:nodes"
-	unauthenticated = "Unauthorized"
-)
+const unauthenticated = "Unauthorized"
 
 // authenticate turns the verified client certificate into the request's user (CN = name,
-// O = groups) and answers 401/403 Statuses as kube-apiserver does. The health endpoints are open,
-// like kube-apiserver's, so probes work without credentials.
-func authenticate(next http.Handler) http.Handler {
+// O = groups; a certificate without a chain to this cluster's CA fails the handshake) and hands
+// the request to kube-apiserver's impersonation and authorization filters for cluster c
+// (internal/authz: system:masters pass untouched, everyone else by the cluster's RBAC). A request
+// without a certificate gets a 401 Status. The health endpoints are open, like kube-apiserver's,
+// so probes work without credentials.
+func authenticate(c *store.Cluster, next http.Handler) http.Handler {
+	authorized := authz.WithAuthorization(next, c)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isPublicPath(r.URL.Path) {
 			next.ServeHTTP(w, r)
@@ -42,25 +36,8 @@ func authenticate(next http.Handler) http.Handler {
 		}
 		leaf := r.TLS.VerifiedChains[0][0]
 		u := &user.DefaultInfo{Name: leaf.Subject.CommonName, Groups: append(slices.Clone(leaf.Subject.Organization), user.AllAuthenticated)}
-		if !authorized(u) {
-			err := apierrors.NewForbidden(schema.GroupResource{}, "", fmt.Errorf("user %q (groups %q) is not allowed by this simulated cluster", u.Name, u.Groups))
-			writeStatus(w, &err.ErrStatus)
-			return
-		}
-		next.ServeHTTP(w, r.WithContext(request.WithUser(r.Context(), u)))
+		authorized.ServeHTTP(w, r.WithContext(request.WithUser(r.Context(), u)))
 	})
-}
-
-func authorized(u user.Info) bool {
-	for _, g := range u.GetGroups() {
-		if slices.Contains(adminGroups, g) {
-			return true
-		}
-	}
-	if slices.Contains(componentUsers, u.GetName()) {
-		return true
-	}
-	return strings.HasPrefix(u.GetName(), nodeUserPrefix) && slices.Contains(u.GetGroups(), nodesGroup)
 }
 
 func isPublicPath(p string) bool {

@@ -425,8 +425,9 @@ func (l *WorkloadClusterListener) tlsConfigFor(hello *tls.ClientHelloInfo) (*tls
 // member's connection to the fake etcd, the API server's to the API server's filter chain.
 func (l *WorkloadClusterListener) routes(api http.Handler) http.Handler {
 	// kube-apiserver's order: the request is parsed once (genericfilters.WithRequestInfo), then
-	// authenticated; metrics and the API server read the parsed RequestInfo from the context.
-	authenticated := genericfilters.WithRequestInfo(authenticate(instrument(l.withFaults(api))), requestInfoFactory)
+	// authenticated, impersonation applied and authorized (auth.go); metrics and the API server
+	// read the parsed RequestInfo from the context.
+	authenticated := genericfilters.WithRequestInfo(authenticate(l.cluster, instrument(l.withFaults(api))), requestInfoFactory)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := connFrom(r.Context())
 		switch {

@@ -7,7 +7,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/version"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -147,14 +146,15 @@ func Corefile(dnsDomain string) string {
 }
 
 // ClusterObjects returns what `kubeadm init` creates once, cluster-wide: kubeadm-config and
-// kubelet-config, CoreDNS and kube-proxy, the cluster-info ConfigMap and the RBAC that KCP reads.
+// kubelet-config, CoreDNS and kube-proxy, the cluster-info ConfigMap, and the RBAC of a kubeadm
+// cluster (DefaultRBAC: kube-apiserver's default policy and kubeadm's roles and bindings).
 func ClusterObjects(s ClusterSpec) []client.Object {
 	sys := metav1.NamespaceSystem
 	labels := func(app string) map[string]string { return map[string]string{"k8s-app": app} }
 	two := int32(2)
 	coreDNSImage := "registry.k8s.io/coredns/coredns:" + CoreDNSVersion(s.KubernetesVersion)
 	kubeProxyImage := "registry.k8s.io/kube-proxy:" + s.KubernetesVersion
-	return []client.Object{
+	return append([]client.Object{
 		&corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: "kubeadm-config", Namespace: sys},
 			Data:       map[string]string{"ClusterConfiguration": ClusterConfiguration(s)},
@@ -215,35 +215,6 @@ func ClusterObjects(s ClusterSpec) []client.Object {
 				},
 			},
 		},
-		&rbacv1.ClusterRole{
-			ObjectMeta: metav1.ObjectMeta{Name: "cluster-admin"},
-			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}}, {NonResourceURLs: []string{"*"}, Verbs: []string{"*"}}},
-		},
-		&rbacv1.ClusterRole{
-			ObjectMeta: metav1.ObjectMeta{Name: "system:kubelet-api-admin"},
-			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes/proxy", "nodes/log", "nodes/stats", "nodes/metrics", "nodes/spec"}, Verbs: []string{"*"}},
-				{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch", "proxy"}}},
-		},
-		&rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:cluster-admins"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
-			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "kubeadm:cluster-admins"}},
-		},
-		&rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:apiserver-kubelet-client"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:kubelet-api-admin"},
-			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "kube-apiserver-kubelet-client"}},
-		},
-		&rbacv1.Role{
-			ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:nodes-kubeadm-config", Namespace: sys},
-			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"kubeadm-config"}, Verbs: []string{"get"}}},
-		},
-		&rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:nodes-kubeadm-config", Namespace: sys},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "kubeadm:nodes-kubeadm-config"},
-			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:bootstrappers:kubeadm:default-node-token"},
-				{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:nodes"}},
-		},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "coredns", Namespace: sys}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "kube-proxy", Namespace: sys}},
 		&corev1.Service{
@@ -251,5 +222,5 @@ func ClusterObjects(s ClusterSpec) []client.Object {
 			Spec: corev1.ServiceSpec{ClusterIP: DNSServiceIP(s.ServiceSubnet), Selector: labels("kube-dns"), Ports: []corev1.ServicePort{
 				{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP}, {Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP}}},
 		},
-	}
+	}, DefaultRBAC()...)
 }
