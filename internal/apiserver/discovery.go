@@ -21,7 +21,7 @@ import (
 // group priority); discovery clients use the first listed version as the preferred one and
 // kubectl prints api-resources in this order.
 var groupOrder = []string{
-	"", "apps", "events.k8s.io", "batch", "policy", "rbac.authorization.k8s.io", "storage.k8s.io",
+	"", "apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "batch", "policy", "rbac.authorization.k8s.io", "storage.k8s.io",
 	"apiextensions.k8s.io", "coordination.k8s.io", "discovery.k8s.io",
 }
 
@@ -285,7 +285,7 @@ func (h *handler) discovery() *discoveryDocs {
 	if len(infos) == 0 {
 		return getServing().disc
 	}
-	docs := buildDiscovery(append(store.Resources(), infos...))
+	docs := buildDiscovery(append(servedResources(), infos...))
 	h.custom.Store(&customDiscovery{generation: gen, docs: docs})
 	return docs
 }

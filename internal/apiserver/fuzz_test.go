@@ -45,6 +45,11 @@ func FuzzServeHTTP(f *testing.F) {
 		{"GET", "/apis", "", "", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList", ""},
 		{"PUT", "/api/v1/nodes/n/status", "", "application/yaml", "", "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n"},
 		{"PATCH", "/api/v1/namespaces/default/configmaps/a", "", "application/json-patch+json", "", string(copyBomb())},
+		{"POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "", "application/json", "", `{"spec":{"resourceAttributes":{"verb":"get","resource":"pods","namespace":"default"}}}`},
+		{"POST", "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", "", "application/json", "", `{"spec":{"namespace":"default"}}`},
+		{"POST", "/apis/authorization.k8s.io/v1/namespaces/default/localsubjectaccessreviews", "", "application/yaml", "", "spec: {user: u, nonResourceAttributes: {verb: get, path: /}}\n"},
+		{"POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", "", "application/vnd.kubernetes.protobuf", "", "k8s\x00\x0a\x01"},
+		{"POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", "", "application/json", "", `{}`},
 	}
 	for _, s := range seed {
 		f.Add(s.method, s.path, s.query, s.ctype, s.accept, []byte(s.body))

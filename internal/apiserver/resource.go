@@ -104,6 +104,10 @@ func (h *handler) serveResource(w http.ResponseWriter, r *http.Request, info *ap
 		return
 	}
 
+	if isReview(gvr) {
+		h.serveReview(rq)
+		return
+	}
 	if rq.sub != "" {
 		h.serveSubresource(rq)
 		return

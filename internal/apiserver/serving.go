@@ -48,7 +48,7 @@ func getServing() *serving {
 			meta:    metainternalversionscheme.Codecs,
 			scale:   serializer.NewCodecFactory(scaleScheme).WithoutConversion(),
 			custom:  unstructuredscheme.NewUnstructuredNegotiatedSerializer(),
-			disc:    buildDiscovery(store.Resources()),
+			disc:    buildDiscovery(servedResources()),
 		}
 	})
 	return shared

@@ -11,6 +11,7 @@ package authz
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -112,17 +113,21 @@ func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes)
 }
 
 // RulesFor lists what u may do in namespace, as SelfSubjectRulesReview reports it: the rules of
-// every binding that applies (and a node's own), with incomplete set when a binding refers to a
-// missing role.
+// every RBAC binding that applies, and the evaluation errors of bindings that refer to missing
+// roles. For a node the list is incomplete, as upstream's Node authorizer does not enumerate its
+// rules; system:masters gets what its bindings grant (cluster-admin's, by default), as upstream,
+// whose privileged-group authorizer lists nothing either.
 func (a *Authorizer) RulesFor(ctx context.Context, u user.Info, namespace string) ([]authorizer.ResourceRuleInfo, []authorizer.NonResourceRuleInfo, bool, error) {
 	var all []rbacv1.PolicyRule
-	if _, ok := nodeName(u); ok {
-		all = append(all, nodeRules...)
-	}
 	errs := a.current().visit(u, namespace, func(rules []rbacv1.PolicyRule) bool {
 		all = append(all, rules...)
 		return false
 	})
+	incomplete := false
+	if _, ok := nodeName(u); ok {
+		incomplete = true
+		errs = append([]error{errors.New("node authorizer does not support user rule resolution")}, errs...)
+	}
 	var res []authorizer.ResourceRuleInfo
 	var nonRes []authorizer.NonResourceRuleInfo
 	for _, r := range all {
@@ -133,7 +138,7 @@ func (a *Authorizer) RulesFor(ctx context.Context, u user.Info, namespace string
 			nonRes = append(nonRes, &authorizer.DefaultNonResourceRuleInfo{Verbs: r.Verbs, NonResourceURLs: r.NonResourceURLs})
 		}
 	}
-	return res, nonRes, len(errs) > 0, utilerrors.NewAggregate(errs)
+	return res, nonRes, incomplete, utilerrors.NewAggregate(errs)
 }
 
 // requestRule is the request as the one rule it needs (one verb, group, resource, name), the
@@ -159,10 +164,15 @@ func requestRule(attrs authorizer.Attributes) rbacv1.PolicyRule {
 type clusterAuthorizer struct{ c *store.Cluster }
 
 func (ca clusterAuthorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
+	return Authorize(ctx, ca.c, attrs)
+}
+
+// Authorize decides a request to cluster c; system:masters is allowed without a lookup.
+func Authorize(ctx context.Context, c *store.Cluster, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
 	if u := attrs.GetUser(); u != nil && Privileged(u) {
 		return authorizer.DecisionAllow, "", nil
 	}
-	return For(ca.c).Authorize(ctx, attrs)
+	return For(c).Authorize(ctx, attrs)
 }
 
 // errorCodecs encode the Status of a refused request, as the API handler encodes its errors.
