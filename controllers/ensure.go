@@ -27,7 +27,7 @@ import (
 func (r *GoofyMachineReconciler) ensureVM(ctx context.Context, s *machineScope, _ *mux.WorkloadClusterListener) error {
 	gm := s.gm
 	if gm.Spec.ProviderID == "" {
-		gm.Spec.ProviderID = fmt.Sprintf("goofy://%s/%s/%s", gm.Namespace, s.cluster.Name, gm.Name)
+		gm.Spec.ProviderID = simulatedProviderID(s)
 	}
 	if s.instance != nil {
 		// Azure: the instance's own identity.
@@ -87,6 +87,11 @@ func (r *GoofyMachineReconciler) nodeIP(ctx context.Context, s *machineScope) (n
 		}
 	}
 	return r.ips.allocate(s.key, s.gm.Name, func(ip netip.Addr) bool { return taken[ip] })
+}
+
+// simulatedProviderID is the provider ID of a simulated machine.
+func simulatedProviderID(s *machineScope) string {
+	return fmt.Sprintf("goofy://%s/%s/%s", s.gm.Namespace, s.cluster.Name, s.gm.Name)
 }
 
 func internalIP(gm *infrav1.GoofyMachine) string {

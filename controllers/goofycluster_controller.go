@@ -101,7 +101,8 @@ func (r *GoofyClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 
 	// One deferred patch writes the reconcile's changes (see objectPatcher); a stale read comes back
 	// as a conflict and the cluster is simply reconciled again.
-	defer newObjectPatcher(r.Client, gc).finish(ctx, gc, &res, &reterr)
+	patcher := newObjectPatcher(r.Client, gc)
+	defer patcher.finish(ctx, gc, &res, &reterr)
 	if setPausedCondition(cluster, gc, "GoofyCluster") {
 		log.V(4).Info("Reconciliation is paused")
 		return ctrl.Result{}, nil
@@ -123,7 +124,7 @@ func (r *GoofyClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if !gc.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.reconcileDelete(ctx, cluster, gc)
 	}
-	return r.reconcileNormal(ctx, cluster, gc)
+	return r.reconcileNormal(ctx, cluster, gc, patcher)
 }
 
 // isClusterInfrastructure reports whether the Cluster's spec.infrastructureRef names gc.
@@ -188,10 +189,13 @@ func (r *GoofyClusterReconciler) releaseIfHeld(ctx context.Context, gc *infrav1.
 	return nil
 }
 
-func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Cluster, gc *infrav1.GoofyCluster) (ctrl.Result, error) {
+func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Cluster, gc *infrav1.GoofyCluster, patcher *objectPatcher) (ctrl.Result, error) {
 	key := mux.ClusterKey(gc.Namespace, cluster.Name)
-	// The listener reserves a port: deletion has to free it.
-	controllerutil.AddFinalizer(gc, infrav1.ClusterFinalizer)
+	// The listener reserves a port and a store: deletion has to free them, so the finalizer is
+	// stored before.
+	if err := patcher.persistFinalizer(ctx, gc, infrav1.ClusterFinalizer); err != nil {
+		return ctrl.Result{}, err
+	}
 
 	// Keep a recorded endpoint's port: after a restart the listener comes back where clients expect it.
 	l, err := r.claimListener(ctx, gc, key)

@@ -37,9 +37,9 @@ func TestClusterProvisioning(t *testing.T) {
 	h := newHarness(t)
 	f := newFixture(t, newNamespace(t), "prov", nil)
 
-	// One reconcile, two writes: the status (Paused=False, Ready, provisioned, failure domains),
-	// then the finalizer and the endpoint.
-	g.Expect(h.writesDuring(func() { g.Expect(h.reconcileCluster(t, f.gc)).To(Equal(ctrl.Result{})) })).To(BeEquivalentTo(2))
+	// One reconcile, three writes: the finalizer before the listener is reserved, the status
+	// (Paused=False, Ready, provisioned, failure domains), then the endpoint.
+	g.Expect(h.writesDuring(func() { g.Expect(h.reconcileCluster(t, f.gc)).To(Equal(ctrl.Result{})) })).To(BeEquivalentTo(3))
 	get(t, f.gc)
 	g.Expect(f.gc.Status.Conditions).To(ContainElement(And(HaveField("Type", infrav1.PausedCondition), HaveField("Status", metav1.ConditionFalse))))
 	g.Expect(f.gc.Finalizers).To(ConsistOf(infrav1.ClusterFinalizer))

@@ -139,7 +139,8 @@ func (r *GoofyMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request
 
 	// One deferred patch writes the reconcile's changes (see objectPatcher); a stale read comes back
 	// as a conflict and the machine is simply reconciled again.
-	defer newObjectPatcher(r.Client, gm).finish(ctx, gm, &res, &reterr)
+	patcher := newObjectPatcher(r.Client, gm)
+	defer patcher.finish(ctx, gm, &res, &reterr)
 	if setPausedCondition(cluster, gm, "GoofyMachine") {
 		log.V(4).Info("Reconciliation is paused")
 		return ctrl.Result{}, nil
@@ -157,7 +158,7 @@ func (r *GoofyMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request
 				klogRef(machine), machine.Spec.InfrastructureRef.Name)})
 		return ctrl.Result{}, nil
 	}
-	s := &machineScope{cluster: cluster, machine: machine, gm: gm, key: mux.ClusterKey(cluster.Namespace, cluster.Name)}
+	s := &machineScope{cluster: cluster, machine: machine, gm: gm, key: mux.ClusterKey(cluster.Namespace, cluster.Name), patcher: patcher}
 	if ref := cluster.Spec.InfrastructureRef; ref.Name != "" {
 		gc := &infrav1.GoofyCluster{}
 		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: ref.Name}, gc); err == nil {
@@ -179,6 +180,7 @@ type machineScope struct {
 	gm      *infrav1.GoofyMachine
 	gc      *infrav1.GoofyCluster // nil when already deleted
 	key     string                // the workload cluster in the mux
+	patcher *objectPatcher        // the reconcile's deferred patch
 
 	// faults are the machine's active faults (spec.simulation).
 	faults machineFaults
@@ -186,6 +188,15 @@ type machineScope struct {
 	// Azure backend only: the instance the machine is bound to, or instanceGone when it vanished.
 	instance     *metadata.InstanceMetadata
 	instanceGone bool
+}
+
+// persistFinalizer stores the machine's finalizer before it provisions anything; a simulated
+// machine's provider ID, known in advance, rides along (the write it would need anyway).
+func (s *machineScope) persistFinalizer(ctx context.Context) error {
+	if !s.azure() && s.gm.Spec.ProviderID == "" {
+		s.gm.Spec.ProviderID = simulatedProviderID(s)
+	}
+	return s.patcher.persistFinalizer(ctx, s.gm, infrav1.MachineFinalizer)
 }
 
 // azure reports whether the machine's cluster uses the Azure backend.
@@ -229,7 +240,10 @@ func (r *GoofyMachineReconciler) reconcileMachine(ctx context.Context, s *machin
 	}
 	if s.azure() {
 		// Binding reserves an instance: from here on deletion has something to release.
-		controllerutil.AddFinalizer(s.gm, infrav1.MachineFinalizer)
+		if err := s.persistFinalizer(ctx); err != nil {
+			setSummary(s)
+			return ctrl.Result{}, err
+		}
 		bound, err := r.bindAzureInstance(ctx, s)
 		if err != nil || !bound {
 			setSummary(s)

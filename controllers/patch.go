@@ -19,11 +19,12 @@ import (
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
 // objectPatcher writes what one reconcile changed on a Goofy object in at most two requests: a
 // merge patch on /status, then one on the object (metadata and spec). Nothing is sent when
-// nothing changed.
+// nothing changed. A finalizer the object lacks goes first, on its own (persistFinalizer).
 //
 // CAPI's patch helper sends conditions, status and spec as three requests, and its conditions
 // request carries the resourceVersion the reconcile started from; at fleet scale those requests
@@ -56,11 +57,17 @@ func (e errStaleObject) Unwrap() error { return e.err }
 // finish is the deferred end of a reconcile: it writes obj's changes; a stale read turns into a
 // short requeue, any other error joins the reconcile's.
 func (p *objectPatcher) finish(ctx context.Context, obj client.Object, res *ctrl.Result, reterr *error) {
+	var stale errStaleObject
+	if errors.As(*reterr, &stale) {
+		// persistFinalizer found the object changed: any patch would conflict too.
+		ctrl.LoggerFrom(ctx).V(4).Info("Object changed while reconciling, requeueing", "reason", (*reterr).Error())
+		*res, *reterr = ctrl.Result{RequeueAfter: staleRetry}, nil
+		return
+	}
 	err := p.Patch(ctx, obj)
 	if err == nil {
 		return
 	}
-	var stale errStaleObject
 	if errors.As(err, &stale) && *reterr == nil {
 		ctrl.LoggerFrom(ctx).V(4).Info("Object changed while reconciling, requeueing", "reason", err.Error())
 		*res = ctrl.Result{RequeueAfter: staleRetry}
@@ -132,6 +139,58 @@ func (p *objectPatcher) Patch(ctx context.Context, obj client.Object) error {
 		}
 		obj.SetResourceVersion(sent.GetResourceVersion())
 	}
+	return nil
+}
+
+// persistFinalizer adds finalizer to obj and, when the object as read lacks it, writes it at once:
+// one object patch with it and whatever else metadata and spec gained so far, before the caller
+// provisions anything that deletion has to release. In the deferred patch (status first) a
+// conflict or a kill after the status patch would leave something provisioned with no finalizer,
+// and a deletion would then drop the object without releasing it (CAPI's controllers add the
+// finalizer and return before they provision, for the same reason). The deferred patch then
+// writes only what follows.
+func (p *objectPatcher) persistFinalizer(ctx context.Context, obj client.Object, finalizer string) error {
+	controllerutil.AddFinalizer(obj, finalizer)
+	if controllerutil.ContainsFinalizer(p.before, finalizer) {
+		return nil
+	}
+	fields, err := p.diff(obj)
+	if err != nil {
+		return err
+	}
+	delete(fields, "status")
+	meta := map[string]json.RawMessage{}
+	if err := json.Unmarshal(fields["metadata"], &meta); err != nil {
+		return err
+	}
+	meta["resourceVersion"], _ = json.Marshal(p.before.GetResourceVersion())
+	fields["metadata"], _ = json.Marshal(meta)
+	body, err := json.Marshal(fields)
+	if err != nil {
+		return err
+	}
+	// The response decodes into a copy of the object as read, whose status is the stored one
+	// (the resourceVersion guards it): that is the object as stored now.
+	stored := p.before.DeepCopyObject().(client.Object)
+	if err := p.client.Patch(ctx, stored, client.RawPatch(types.MergePatchType, body)); err != nil {
+		return p.wrap(obj, "finalizer", err)
+	}
+	if gen := stored.GetGeneration(); gen != obj.GetGeneration() {
+		// A spec change rode along: the conditions set so far describe the object including it.
+		if setter, ok := obj.(conditions.Setter); ok {
+			conds := setter.GetConditions()
+			for i := range conds {
+				if conds[i].ObservedGeneration == obj.GetGeneration() {
+					conds[i].ObservedGeneration = gen
+				}
+			}
+			setter.SetConditions(conds)
+		}
+		obj.SetGeneration(gen)
+	}
+	obj.SetResourceVersion(stored.GetResourceVersion())
+	obj.SetManagedFields(stored.GetManagedFields())
+	p.before = stored
 	return nil
 }
 

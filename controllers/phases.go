@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
@@ -57,11 +56,14 @@ func (r *GoofyMachineReconciler) runPhases(ctx context.Context, s *machineScope,
 	if backend == nil {
 		backend = &infrav1.InMemoryMachineBackend{}
 	}
-	// The finalizer comes with the first phase that changes anything outside the GoofyMachine (the
-	// VM's address, then workload objects): deletion must undo it. Until then there is nothing to
-	// release, and the finalizer rides on a patch the machine needs anyway (its provider ID).
+	// The finalizer is stored before the first phase changes anything outside the GoofyMachine
+	// (the VM's address, then workload objects): deletion must undo it. Until then there is
+	// nothing to release, and the finalizer rides on a patch the machine needs anyway (its
+	// provider ID).
 	ensure := func(p phase) error {
-		controllerutil.AddFinalizer(s.gm, infrav1.MachineFinalizer)
+		if err := s.persistFinalizer(ctx); err != nil {
+			return err
+		}
 		return p.ensure(r, ctx, s, l)
 	}
 	for _, p := range phasesFor(s) {
