@@ -62,6 +62,8 @@ func newCluster(t *testing.T) *cluster {
 	if err := m.AddAPIServer(name, "kube-apiserver-cp0", ca, caKey); err != nil {
 		t.Fatal(err)
 	}
+	// Deleting the cluster ends the authorizer's watches.
+	t.Cleanup(func() { _ = m.DeleteWorkloadClusterListener(name) })
 	c := &cluster{t: t, l: l, ca: ca, caKey: caKey, admin: l.Store().Client()}
 	for _, obj := range workload.DefaultRBAC() {
 		if err := c.admin.Create(context.Background(), obj); err != nil {
