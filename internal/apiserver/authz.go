@@ -4,6 +4,9 @@ import (
 	"net/http"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/authz"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
@@ -47,4 +50,36 @@ func changesRBAC(group, verb string) bool {
 		return true
 	}
 	return false
+}
+
+// checkGrant is RBAC's escalation check (authz.CheckGrant) for a write of obj, a Role,
+// ClusterRole or binding as it would be stored. A handler serving without authentication in
+// front of it (no user on the request) checks nothing.
+func (h *handler) checkGrant(rq *reqScope, obj runtime.Object) error {
+	if rq.gvr.Group != rbacv1.GroupName {
+		return nil
+	}
+	u, ok := apirequest.UserFrom(rq.r.Context())
+	if !ok || authz.Privileged(u) {
+		return nil
+	}
+	return authz.CheckGrant(rq.r.Context(), h.c, u, rq.ns, obj)
+}
+
+// checkPatchGrant checks a patch of an RBAC object by its result, computed by a dry run first:
+// the store applies patches itself, so the result is known only then. A write between the dry
+// run and the patch is not checked again.
+func (h *handler) checkPatchGrant(rq *reqScope, pt types.PatchType, body []byte, opts store.PatchOptions) error {
+	if rq.gvr.Group != rbacv1.GroupName {
+		return nil
+	}
+	if u, ok := apirequest.UserFrom(rq.r.Context()); !ok || authz.Privileged(u) {
+		return nil
+	}
+	opts.DryRun = true
+	res, err := h.c.PatchObject(rq.gvr, rq.ns, rq.name, pt, body, opts)
+	if err != nil {
+		return err
+	}
+	return h.checkGrant(rq, res.Object)
 }

@@ -312,6 +312,10 @@ func (h *handler) serveCreate(rq *reqScope) {
 		h.writeError(rq.w, rq.r, err)
 		return
 	}
+	if err := h.checkGrant(rq, obj); err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
 	out, err := h.c.Create(rq.gvr, rq.ns, obj, store.CreateOptions{
 		DryRun: len(opts.DryRun) > 0, FieldManager: opts.FieldManager, FieldValidation: directive,
 	})
@@ -335,6 +339,10 @@ func (h *handler) serveUpdate(rq *reqScope) {
 	directive := fieldValidation(opts.FieldValidation)
 	obj, err := h.decodeObject(rq, directive)
 	if err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	if err := h.checkGrant(rq, obj); err != nil {
 		h.writeError(rq.w, rq.r, err)
 		return
 	}
@@ -368,10 +376,15 @@ func (h *handler) servePatch(rq *reqScope) {
 		h.writeError(rq.w, rq.r, err)
 		return
 	}
-	res, err := h.c.PatchObject(rq.gvr, rq.ns, rq.name, pt, body, store.PatchOptions{
+	popts := store.PatchOptions{
 		DryRun: len(opts.DryRun) > 0, FieldManager: opts.FieldManager, Force: opts.Force != nil && *opts.Force,
 		Subresource: rq.sub, FieldValidation: fieldValidation(opts.FieldValidation),
-	})
+	}
+	if err := h.checkPatchGrant(rq, pt, body, popts); err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	res, err := h.c.PatchObject(rq.gvr, rq.ns, rq.name, pt, body, popts)
 	if err != nil {
 		h.writeError(rq.w, rq.r, err)
 		return
