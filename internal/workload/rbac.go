@@ -2,6 +2,7 @@ package workload
 
 import (
 	"slices"
+	"sync"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -289,8 +290,21 @@ func role(namespace, name string, rs ...rbacv1.PolicyRule) *rbacv1.Role {
 
 // DefaultRBAC is the RBAC of a fresh kubeadm cluster: kube-apiserver's default policy (labelled
 // and annotated as it labels its own) and what kubeadm adds. Aggregated ClusterRoles carry the
-// rules the clusterrole-aggregation controller fills in.
+// rules the clusterrole-aggregation controller fills in. The objects are the caller's: copies of
+// a policy built once (the machine reconciler ensures them on every reconcile of a control-plane
+// machine).
 func DefaultRBAC() []client.Object {
+	policy := defaultRBAC()
+	out := make([]client.Object, len(policy))
+	for i, o := range policy {
+		out[i] = o.DeepCopyObject().(client.Object)
+	}
+	return out
+}
+
+var defaultRBAC = sync.OnceValue(buildDefaultRBAC)
+
+func buildDefaultRBAC() []client.Object {
 	const sys, public = metav1.NamespaceSystem, metav1.NamespacePublic
 	group := func(names ...string) []rbacv1.Subject { return subjects(rbacv1.GroupKind, names...) }
 	users := func(names ...string) []rbacv1.Subject { return subjects(rbacv1.UserKind, names...) }
