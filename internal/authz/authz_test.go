@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -79,5 +80,36 @@ func TestDecisionCost(t *testing.T) {
 		if allocs > 100 {
 			t.Errorf("%s: %v allocations per decision", tc.name, allocs)
 		}
+	}
+}
+
+// Deleting a cluster ends its authorizer's watches and the registry forgets it: a deleted
+// cluster's store is not kept, and no goroutine is left.
+func TestDeletedClusterIsForgotten(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	m := store.NewManager()
+	c, err := m.AddCluster("authz-deleted", store.ClusterOptions{KubernetesVersion: "v1.36.3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs := authorizer.AttributesRecord{User: &user.DefaultInfo{Name: "x"}, Verb: "get", Resource: "pods", Namespace: "default", APIVersion: "v1", ResourceRequest: true}
+	if d, _, _ := Authorize(context.Background(), c, attrs); d == authorizer.DecisionAllow {
+		t.Fatal("x may not get pods")
+	}
+	if _, ok := registry.Load(c); !ok {
+		t.Fatal("the authorizer is not registered")
+	}
+	if err := m.DeleteCluster("authz-deleted"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := registry.Load(c); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the deleted cluster's authorizer is still registered")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -51,7 +51,9 @@ func (a *Authorizer) current() *index {
 	}
 	idx, rvs := build(a.c)
 	idx.gen = gen
-	if a.watches == nil && rvs != nil {
+	if current, _ := registry.Load(a.c); a.watches == nil && rvs != nil && current == a {
+		// Only the registry's authorizer watches: one the registry let go (its watches ended
+		// while a request held it) serves that request and is forgotten.
 		a.watches = a.watch(rvs)
 	}
 	if a.watches == nil {
