@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -11,7 +12,10 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -52,27 +56,106 @@ type AzureClouds struct {
 
 type azureCluster struct {
 	config    infrav1.AzureClusterBackend
+	cloudSpec azure.CloudSpec // the cloud config resolves to (azureCloudOf)
 	cloud     *azure.Cloud
 	listedAt  time.Time
 	instances []metadata.InstanceMetadata
 	claims    map[string]string // lower-cased provider ID -> machine name
 }
 
+// errAzureNotAllowed: the GoofyCluster may not use the identity or the cloud it names. Nothing
+// is sent to Azure for it, not even a token request.
+type errAzureNotAllowed struct{ reason, message string }
+
+func (e errAzureNotAllowed) Error() string { return e.message }
+
+// azureCloudOf is the cloud a GoofyCluster's Azure backend may reach with the manager's
+// credential. Clouds belong to the operator, as in CAPZ: a Custom cloud (whose ARM endpoint and
+// authority host receive the credential) comes only from a GoofyAzureClusterIdentity that allows
+// the GoofyCluster's namespace, or from the manager's environment (the zero spec); a GoofyCluster
+// itself may only pick one of Azure's public clouds.
+func azureCloudOf(ctx context.Context, c client.Reader, gc *infrav1.GoofyCluster) (azure.CloudSpec, error) {
+	cfg := gc.Spec.Backend.Azure
+	if ref := cfg.IdentityRef; ref != nil {
+		id := &infrav1.GoofyAzureClusterIdentity{}
+		if err := c.Get(ctx, client.ObjectKey{Name: ref.Name}, id); err != nil {
+			if apierrors.IsNotFound(err) {
+				return azure.CloudSpec{}, errAzureNotAllowed{infrav1.AzureIdentityNotFoundReason,
+					fmt.Sprintf("GoofyAzureClusterIdentity %q (spec.backend.azure.identityRef) does not exist", ref.Name)}
+			}
+			return azure.CloudSpec{}, err
+		}
+		allowed, err := namespaceAllowed(ctx, c, id.Spec.AllowedNamespaces, gc.Namespace)
+		if err != nil {
+			return azure.CloudSpec{}, err
+		}
+		if !allowed {
+			return azure.CloudSpec{}, errAzureNotAllowed{infrav1.AzureIdentityNotAllowedReason,
+				fmt.Sprintf("GoofyAzureClusterIdentity %q does not allow namespace %q (its spec.allowedNamespaces)", ref.Name, gc.Namespace)}
+		}
+		return cloudSpecOf(id.Spec.Cloud, true), nil
+	}
+	if cfg.Cloud != nil && cfg.Cloud.Name == infrav1.AzureCustomCloud {
+		return azure.CloudSpec{}, errAzureNotAllowed{infrav1.AzureCustomCloudNotAllowedReason,
+			"a Custom cloud receives the manager's Azure credential, so only the operator sets one: in a GoofyAzureClusterIdentity " +
+				"that allows this namespace (reference it in spec.backend.azure.identityRef, without cloud) or in the manager's environment"}
+	}
+	return cloudSpecOf(cfg.Cloud, false), nil
+}
+
+// cloudSpecOf converts an API cloud; endpoints are kept only when custom clouds are allowed.
+func cloudSpecOf(c *infrav1.AzureCloud, custom bool) azure.CloudSpec {
+	switch {
+	case c == nil:
+		return azure.CloudSpec{}
+	case !custom:
+		return azure.CloudSpec{Name: string(c.Name)}
+	}
+	return azure.CloudSpec{Name: string(c.Name), ResourceManagerEndpoint: c.ResourceManagerEndpoint,
+		ResourceManagerAudience: c.ResourceManagerAudience, ActiveDirectoryAuthorityHost: c.ActiveDirectoryAuthorityHost}
+}
+
+// namespaceAllowed applies allowedNamespaces as CAPZ does: nil allows none, an empty object
+// every namespace, else the namespaces listed or matching the selector (an empty selector none).
+func namespaceAllowed(ctx context.Context, c client.Reader, allowed *infrav1.AllowedNamespaces, namespace string) (bool, error) {
+	switch {
+	case allowed == nil:
+		return false, nil
+	case len(allowed.NamespaceList) == 0 && allowed.Selector == nil:
+		return true, nil
+	case slices.Contains(allowed.NamespaceList, namespace):
+		return true, nil
+	case allowed.Selector == nil:
+		return false, nil
+	}
+	selector, err := metav1.LabelSelectorAsSelector(allowed.Selector)
+	if err != nil || selector.Empty() {
+		// An invalid selector allows nothing, as an empty one does.
+		return false, nil
+	}
+	ns := &corev1.Namespace{}
+	if err := c.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return selector.Matches(labels.Set(ns.Labels)), nil
+}
+
 // cluster returns the cached state of a GoofyCluster's Azure backend, creating its Cloud when the
-// configuration is new or changed.
-func (a *AzureClouds) cluster(ctx context.Context, key string, cfg *infrav1.AzureClusterBackend) (*azureCluster, error) {
+// configuration is new or changed. The cloud is resolved (and the identity checked) on every
+// call, before anything is sent: a namespace removed from an identity stops at once.
+func (a *AzureClouds) cluster(ctx context.Context, r client.Reader, key string, gc *infrav1.GoofyCluster) (*azureCluster, error) {
+	spec, err := azureCloudOf(ctx, r, gc)
+	if err != nil {
+		return nil, err
+	}
+	cfg := gc.Spec.Backend.Azure
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.clouds == nil {
 		a.clouds = map[string]*azureCluster{}
 	}
-	if c, ok := a.clouds[key]; ok && equalAzureConfig(c.config, *cfg) {
+	if c, ok := a.clouds[key]; ok && c.cloudSpec == spec && equalAzureConfig(c.config, *cfg) {
 		return c, nil
-	}
-	spec := azure.CloudSpec{}
-	if cfg.Cloud != nil {
-		spec = azure.CloudSpec{Name: string(cfg.Cloud.Name), ResourceManagerEndpoint: cfg.Cloud.ResourceManagerEndpoint,
-			ResourceManagerAudience: cfg.Cloud.ResourceManagerAudience, ActiveDirectoryAuthorityHost: cfg.Cloud.ActiveDirectoryAuthorityHost}
 	}
 	cloud, err := azure.NewWithConfig(ctx, azure.Config{
 		SubscriptionID: cfg.SubscriptionID, ResourceGroup: cfg.ResourceGroup, ClusterUID: cfg.ClusterUID,
@@ -81,13 +164,16 @@ func (a *AzureClouds) cluster(ctx context.Context, key string, cfg *infrav1.Azur
 	if err != nil {
 		return nil, err
 	}
-	c := &azureCluster{config: *cfg.DeepCopy(), cloud: cloud, claims: map[string]string{}}
+	c := &azureCluster{config: *cfg.DeepCopy(), cloudSpec: spec, cloud: cloud, claims: map[string]string{}}
 	a.clouds[key] = c
 	return c, nil
 }
 
 func equalAzureConfig(a, b infrav1.AzureClusterBackend) bool {
 	if (a.Cloud == nil) != (b.Cloud == nil) || a.Cloud != nil && *a.Cloud != *b.Cloud {
+		return false
+	}
+	if (a.IdentityRef == nil) != (b.IdentityRef == nil) || a.IdentityRef != nil && *a.IdentityRef != *b.IdentityRef {
 		return false
 	}
 	return a.SubscriptionID == b.SubscriptionID && a.ResourceGroup == b.ResourceGroup && a.ClusterUID == b.ClusterUID
@@ -153,9 +239,14 @@ func (a *AzureClouds) claim(c *azureCluster, machine string, role metadata.Role,
 	return metadata.InstanceMetadata{}, false
 }
 
-func (a *AzureClouds) release(c *azureCluster, machine string) {
+// release drops the instance claims of machine (without creating or resolving anything).
+func (a *AzureClouds) release(key, machine string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	c := a.clouds[key]
+	if c == nil {
+		return
+	}
 	for id, owner := range c.claims {
 		if owner == machine {
 			delete(c.claims, id)
@@ -169,7 +260,7 @@ func (r *GoofyClusterReconciler) reconcileAzureCluster(ctx context.Context, key 
 	if r.Azure == nil {
 		return fmt.Errorf("the Azure backend is not enabled in this manager")
 	}
-	c, err := r.Azure.cluster(ctx, key, gc.Spec.Backend.Azure)
+	c, err := r.Azure.cluster(ctx, r.Client, key, gc)
 	if err != nil {
 		return err
 	}
@@ -210,7 +301,7 @@ func (r *GoofyMachineReconciler) bindAzureInstance(ctx context.Context, s *machi
 	if r.Azure == nil {
 		return false, fmt.Errorf("the Azure backend is not enabled in this manager")
 	}
-	c, err := r.Azure.cluster(ctx, s.key, s.gc.Spec.Backend.Azure)
+	c, err := r.Azure.cluster(ctx, r.Client, s.key, s.gc)
 	if err != nil {
 		return false, err
 	}

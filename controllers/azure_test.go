@@ -258,6 +258,17 @@ func (rg *fakeResourceGroup) callCount(api string) int {
 	return rg.calls[api]
 }
 
+// totalCalls is the number of requests the fakes received.
+func (rg *fakeResourceGroup) totalCalls() int {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	n := 0
+	for _, c := range rg.calls {
+		n += c
+	}
+	return n
+}
+
 func (rg *fakeResourceGroup) unwantedRequests() []string {
 	rg.mu.Lock()
 	defer rg.mu.Unlock()
@@ -308,17 +319,43 @@ func (h *harness) useAzure(rg *fakeResourceGroup) *AzureClouds {
 	return clouds
 }
 
+// azCustomCloud is the custom cloud whose ARM endpoint only the fakes serve.
+func azCustomCloud() *infrav1.AzureCloud {
+	return &infrav1.AzureCloud{Name: infrav1.AzureCustomCloud, ResourceManagerEndpoint: "https://" + azARMHost,
+		ResourceManagerAudience: "https://" + azARMHost, ActiveDirectoryAuthorityHost: "https://login.goofy.test"}
+}
+
+// newAzureIdentity creates a GoofyAzureClusterIdentity (cluster-scoped, named after the test's
+// namespace) for the custom cloud, allowing the given namespaces.
+func newAzureIdentity(t testing.TB, name string, allowed *infrav1.AllowedNamespaces) *infrav1.GoofyAzureClusterIdentity {
+	t.Helper()
+	id := &infrav1.GoofyAzureClusterIdentity{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: infrav1.GoofyAzureClusterIdentitySpec{AllowedNamespaces: allowed, Cloud: azCustomCloud()}}
+	if err := k8sClient.Create(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), id) })
+	return id
+}
+
 // newAzureFixture is newFixture with the GoofyCluster switched to the Azure backend in a custom
-// cloud whose ARM endpoint only the fakes serve.
+// cloud whose ARM endpoint only the fakes serve, through an identity that allows its namespace.
 func newAzureFixture(t testing.TB, name string) *fixture {
 	t.Helper()
-	f := newFixture(t, newNamespace(t), name, nil)
-	get(t, f.gc)
-	f.gc.Spec.Backend = infrav1.GoofyClusterBackend{Azure: &infrav1.AzureClusterBackend{
+	ns := newNamespace(t)
+	id := newAzureIdentity(t, ns, &infrav1.AllowedNamespaces{NamespaceList: []string{ns}})
+	return newAzureFixtureWith(t, ns, name, &infrav1.AzureClusterBackend{
 		SubscriptionID: azSub, ResourceGroup: azRG, ClusterUID: azUID,
-		Cloud: &infrav1.AzureCloud{Name: infrav1.AzureCustomCloud, ResourceManagerEndpoint: "https://" + azARMHost,
-			ResourceManagerAudience: "https://" + azARMHost, ActiveDirectoryAuthorityHost: "https://login.goofy.test"},
-	}}
+		IdentityRef: &infrav1.GoofyAzureClusterIdentityReference{Name: id.Name},
+	})
+}
+
+// newAzureFixtureWith is newFixture in ns with the GoofyCluster on the given Azure backend.
+func newAzureFixtureWith(t testing.TB, ns, name string, backend *infrav1.AzureClusterBackend) *fixture {
+	t.Helper()
+	f := newFixture(t, ns, name, nil)
+	get(t, f.gc)
+	f.gc.Spec.Backend = infrav1.GoofyClusterBackend{Azure: backend}
 	if err := k8sClient.Update(context.Background(), f.gc); err != nil {
 		t.Fatal(err)
 	}

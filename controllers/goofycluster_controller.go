@@ -64,7 +64,27 @@ func (r *GoofyClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 			handler.EnqueueRequestsFromMapFunc(util.ClusterToInfrastructureMapFunc(ctx, infrav1.GroupVersion.WithKind("GoofyCluster"), mgr.GetClient(), &infrav1.GoofyCluster{})),
 			builder.WithPredicates(clusterToGoofyClusterEvents(mgr.GetScheme(), log)),
 		).
+		// An identity created or changed (allowedNamespaces, cloud) ends a GoofyCluster's wait
+		// on it, or stops its use.
+		Watches(&infrav1.GoofyAzureClusterIdentity{}, handler.EnqueueRequestsFromMapFunc(r.identityToGoofyClusters)).
 		Complete(r)
+}
+
+// identityToGoofyClusters maps a GoofyAzureClusterIdentity to the GoofyClusters naming it.
+func (r *GoofyClusterReconciler) identityToGoofyClusters(ctx context.Context, o client.Object) []ctrl.Request {
+	list := &infrav1.GoofyClusterList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing the GoofyClusters of an Azure identity", "identity", o.GetName())
+		return nil
+	}
+	var out []ctrl.Request
+	for i := range list.Items {
+		az := list.Items[i].Spec.Backend.Azure
+		if az != nil && az.IdentityRef != nil && az.IdentityRef.Name == o.GetName() {
+			out = append(out, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return out
 }
 
 // Reconcile follows CAPI's reconciler shape: owner Cluster, pause, finalizer, one deferred patch
@@ -246,6 +266,13 @@ func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *c
 		// The control plane stays simulated; machines bind to Azure instances, whose zones are
 		// the failure domains.
 		if err := r.reconcileAzureCluster(ctx, key, gc); err != nil {
+			var denied errAzureNotAllowed
+			if errors.As(err, &denied) {
+				// Waits for a change of the GoofyCluster or of the identity (both watched).
+				setNotReady(gc, infrav1.LoadBalancerReadyCondition, denied.reason, denied.message)
+				setNotReady(gc, infrav1.ReadyCondition, denied.reason, denied.message)
+				return sooner(ctrl.Result{}, requeue), nil
+			}
 			setNotReady(gc, infrav1.LoadBalancerReadyCondition, infrav1.AzureErrorReason, err.Error())
 			setNotReady(gc, infrav1.ReadyCondition, infrav1.AzureErrorReason, err.Error())
 			return ctrl.Result{}, err

@@ -245,6 +245,11 @@ func (r *GoofyMachineReconciler) reconcileMachine(ctx context.Context, s *machin
 			return ctrl.Result{}, err
 		}
 		bound, err := r.bindAzureInstance(ctx, s)
+		var denied errAzureNotAllowed
+		if errors.As(err, &denied) {
+			conditions.Set(s.gm, metav1.Condition{Type: infrav1.VMProvisionedCondition, Status: metav1.ConditionFalse, Reason: denied.reason, Message: denied.message})
+			bound, err = false, nil
+		}
 		if err != nil || !bound {
 			setSummary(s)
 			if err != nil {
@@ -304,9 +309,7 @@ func (r *GoofyMachineReconciler) reconcileDelete(ctx context.Context, s *machine
 	}
 	r.ips.release(s.key, s.gm.Name)
 	if s.azure() && r.Azure != nil {
-		if c, err := r.Azure.cluster(ctx, s.key, s.gc.Spec.Backend.Azure); err == nil {
-			r.Azure.release(c, s.gm.Name)
-		}
+		r.Azure.release(s.key, s.gm.Name)
 	}
 	controllerutil.RemoveFinalizer(s.gm, infrav1.MachineFinalizer)
 	return nil

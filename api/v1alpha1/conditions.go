@@ -41,6 +41,14 @@ const (
 	NoFreeInstanceReason                    = "NoFreeInstance"
 	InstanceGoneReason                      = "InstanceGone"
 	AzureErrorReason                        = "AzureError"
+	// AzureIdentityNotFoundReason: spec.backend.azure.identityRef names no GoofyAzureClusterIdentity.
+	AzureIdentityNotFoundReason = "AzureIdentityNotFound"
+	// AzureIdentityNotAllowedReason: the GoofyAzureClusterIdentity's allowedNamespaces do not
+	// include the GoofyCluster's namespace.
+	AzureIdentityNotAllowedReason = "AzureIdentityNotAllowed"
+	// AzureCustomCloudNotAllowedReason: a GoofyCluster names a Custom cloud itself; custom clouds
+	// come only from a GoofyAzureClusterIdentity or the manager's environment.
+	AzureCustomCloudNotAllowedReason = "AzureCustomCloudNotAllowed"
 	// FaultsActiveReason and NoFaultsReason are the reasons of FaultsInjected.
 	FaultsActiveReason = "FaultsActive"
 	NoFaultsReason     = "NoFaults"

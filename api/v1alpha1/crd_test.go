@@ -116,7 +116,8 @@ func TestKubectlAppliesCRDsAndSamples(t *testing.T) {
 	out, err := kubectl("apply", "-f", filepath.Join(root, "config", "samples"))
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	for _, want := range []string{"goofycluster.infrastructure.cluster.x-k8s.io/sample created", "goofymachine.infrastructure.cluster.x-k8s.io/sample-cp-0 created",
-		"goofymachinetemplate.infrastructure.cluster.x-k8s.io/sample-md-0 created", "goofyclustertemplate.infrastructure.cluster.x-k8s.io/sample-class created"} {
+		"goofymachinetemplate.infrastructure.cluster.x-k8s.io/sample-md-0 created", "goofyclustertemplate.infrastructure.cluster.x-k8s.io/sample-class created",
+		"goofyazureclusteridentity.infrastructure.cluster.x-k8s.io/sample created"} {
 		g.Expect(out).To(ContainSubstring(want))
 	}
 
@@ -183,6 +184,12 @@ spec: {backend: {azure: {subscriptionID: 00000000-0000-0000-0000-000000000001, r
 		{"azure endpoint not a URL", `kind: GoofyCluster
 spec: {backend: {azure: {subscriptionID: 00000000-0000-0000-0000-000000000001, resourceGroup: rg, clusterUID: u, cloud: {name: Custom, resourceManagerEndpoint: "ftp://x", resourceManagerAudience: a, activeDirectoryAuthorityHost: "https://l"}}}}`,
 			"spec.backend.azure.cloud.resourceManagerEndpoint", "should match"},
+		{"azure identity and cloud", `kind: GoofyCluster
+spec: {backend: {azure: {subscriptionID: 00000000-0000-0000-0000-000000000001, resourceGroup: rg, clusterUID: u, identityRef: {name: i}, cloud: {name: AzureChinaCloud}}}}`,
+			"spec.backend.azure", "the cloud comes from the identity when identityRef is set"},
+		{"azure identity without name", `kind: GoofyCluster
+spec: {backend: {azure: {subscriptionID: 00000000-0000-0000-0000-000000000001, resourceGroup: rg, clusterUID: u, identityRef: {name: ""}}}}`,
+			"spec.backend.azure.identityRef.name", "at least 1"},
 		{"failure domain without name", `kind: GoofyCluster
 spec: {failureDomains: [{controlPlane: true}]}`,
 			"spec.failureDomains[0].name", "Required value"},
@@ -299,7 +306,7 @@ func TestContractLabel(t *testing.T) {
 	g.Expect(k.Labels[0].Pairs).To(HaveKeyWithValue("cluster.x-k8s.io/v1beta2", "v1alpha1"))
 	bases, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(bases).To(HaveLen(4))
+	g.Expect(bases).To(HaveLen(5))
 	for _, b := range bases {
 		g.Expect(k.Resources).To(ContainElement("bases/" + filepath.Base(b)))
 	}

@@ -49,6 +49,7 @@ type GoofyClusterBackend struct {
 type InMemoryClusterBackend struct{}
 
 // AzureClusterBackend says where the cluster's instances live in Azure.
+// +kubebuilder:validation:XValidation:rule="!(has(self.identityRef) && has(self.cloud))",message="azure: the cloud comes from the identity when identityRef is set; omit cloud"
 type AzureClusterBackend struct {
 	// subscriptionID is the Azure subscription holding the resource group.
 	// +required
@@ -68,9 +69,27 @@ type AzureClusterBackend struct {
 	// +kubebuilder:validation:MaxLength=256
 	ClusterUID string `json:"clusterUID"`
 
-	// cloud selects the Azure cloud; the public cloud when omitted.
+	// identityRef names the GoofyAzureClusterIdentity the operator created for this cluster's
+	// namespace: the manager sends its Azure credential only to the cloud that identity names.
+	// Omitted, the manager's own cloud (its environment, docs/azure.md) is used.
+	// +optional
+	IdentityRef *GoofyAzureClusterIdentityReference `json:"identityRef,omitempty"`
+
+	// cloud selects one of Azure's public clouds; omitted, the manager's own cloud. Custom
+	// clouds come only from a GoofyAzureClusterIdentity (identityRef) or the manager's
+	// environment: a GoofyCluster naming one itself is refused with the AzureCustomCloudNotAllowed
+	// reason, and the manager sends no request.
 	// +optional
 	Cloud *AzureCloud `json:"cloud,omitempty"`
+}
+
+// GoofyAzureClusterIdentityReference names a GoofyAzureClusterIdentity.
+type GoofyAzureClusterIdentityReference struct {
+	// name of the GoofyAzureClusterIdentity.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
 }
 
 // AzureCloudName names a known Azure cloud, or Custom for an explicit endpoint.
