@@ -14,17 +14,24 @@ import (
 
 // rbacWrite tells the cluster's authorizer of a successful write of an RBAC object once the store
 // committed it and before the response goes out, so that the client's next request is decided
-// by the new policy (the authorizer's watch would see it a moment later).
+// by the new policy (the authorizer's watch would see it a moment later). After a ClusterRole's
+// write it also runs the clusterrole-aggregation controller's part, so the client reads the
+// aggregated roles as they would be once the controller reacted.
 type rbacWrite struct {
 	http.ResponseWriter
-	c    *store.Cluster
-	done bool
+	r            *http.Request
+	c            *store.Cluster
+	clusterRoles bool
+	done         bool
 }
 
 func (w *rbacWrite) WriteHeader(code int) {
 	if !w.done {
 		w.done = true
 		if code < http.StatusBadRequest {
+			if w.clusterRoles {
+				_ = authz.AggregateClusterRoles(w.r.Context(), w.c) // a failure leaves the stored rules; authorization aggregates anyway
+			}
 			authz.Changed(w.c)
 		}
 	}

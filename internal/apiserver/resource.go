@@ -59,7 +59,7 @@ func (rq *reqScope) codecs() runtime.NegotiatedSerializer {
 
 func (h *handler) serveResource(w http.ResponseWriter, r *http.Request, info *apirequest.RequestInfo) {
 	if changesRBAC(info.APIGroup, info.Verb) {
-		w = &rbacWrite{ResponseWriter: w, c: h.c}
+		w = &rbacWrite{ResponseWriter: w, r: r, c: h.c, clusterRoles: info.Resource == "clusterroles"}
 	}
 	gvr := schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource}
 	ri, ok := getServing().disc.byGVR[gvr]
