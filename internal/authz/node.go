@@ -51,7 +51,13 @@ func authorizeNode(node string, attrs authorizer.Attributes) (bool, string) {
 		case graphResources[resource] && (group == "" || group == "resource.k8s.io" || group == "storage.k8s.io"):
 			return false, fmt.Sprintf("no relationship found between node '%s' and this object", node)
 		case group == "coordination.k8s.io" && resource == "leases":
-			if attrs.GetNamespace() != "kube-node-lease" || (attrs.GetName() != node && attrs.GetVerb() != "create") {
+			// The name is not known on create; upstream's NodeRestriction admission checks it then.
+			switch verb := attrs.GetVerb(); {
+			case verb != "get" && verb != "create" && verb != "update" && verb != "patch" && verb != "delete":
+				return false, "can only get, create, update, patch, or delete a node lease"
+			case attrs.GetNamespace() != "kube-node-lease":
+				return false, `can only access leases in the "kube-node-lease" system namespace`
+			case verb != "create" && attrs.GetName() != node:
 				return false, "can only access node lease with the same name as the requesting node"
 			}
 		}
