@@ -251,7 +251,9 @@ func defaultClusterRoles() []*rbacv1.ClusterRole {
 			rules(readUpdate, g("resource.k8s.io"), "resourceclaims"),
 			rules(readUpdate, g("resource.k8s.io"), "resourceclaims/status"),
 			rules(v("update"), core, "pods/finalizers"),
-			rules(readVerbs, g("resource.k8s.io"), "resourceslices")),
+			rules(readVerbs, g("resource.k8s.io"), "resourceslices"),
+			rules(v("create", "delete"), g("resource.k8s.io"), "resourceclaims"),         // DRAExtendedResource, beta in v1.36
+			rules(v("update", "patch"), g("resource.k8s.io"), "resourceclaims/binding")), // DRAResourceClaimGranularStatusAuthorization
 	}
 }
 
