@@ -330,7 +330,7 @@ func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) err
 		}
 		key := ClusterKey(gc.Namespace, ClusterNameOf(gc))
 		keep = append(keep, key)
-		l, err := m.ClaimWorkloadClusterListener(key, port, gc.UID)
+		l, err := m.restoreListener(key, port, gc.UID)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("workload cluster %s: %w", key, err))
 			continue
@@ -479,6 +479,15 @@ func (m *WorkloadClustersMux) ClaimWorkloadClusterListener(wclName string, port 
 		m.mu.Unlock()
 	}
 	return l, err
+}
+
+// restoreListener is HotRestart's claim: for owner, or unowned when the object has no UID (one
+// built in a test rather than read from the API server).
+func (m *WorkloadClustersMux) restoreListener(wclName string, port int, owner types.UID) (*WorkloadClusterListener, error) {
+	if owner == "" {
+		return m.initListener(wclName, port)
+	}
+	return m.ClaimWorkloadClusterListener(wclName, port, owner)
 }
 
 // OwnerOf returns the UID holding the workload cluster.
