@@ -25,6 +25,13 @@ func TestImpersonationWithKubectl(t *testing.T) {
 	g.Expect(errOut).To(ContainSubstring(`configmaps "x" is forbidden: User "nobody" cannot delete resource "configmaps" in API group "" in the namespace "default"`))
 	g.Expect(c.admin.Get(ctx, client.ObjectKey{Namespace: "default", Name: "x"}, &corev1.ConfigMap{})).To(Succeed())
 
+	// A service account, impersonated: its ServiceAccount subjects apply (CoreDNS lists pods
+	// through system:coredns), and nothing else.
+	g.Expect(admin.ok("auth", "can-i", "list", "pods", "--all-namespaces", "--as=system:serviceaccount:kube-system:coredns")).To(Equal("yes\n"))
+	code, out, _ := admin.run("auth", "can-i", "list", "pods", "--all-namespaces", "--as=system:serviceaccount:default:coredns")
+	g.Expect(code).To(Equal(1))
+	g.Expect(out).To(Equal("no\n"))
+
 	// A user without the impersonate verb may not impersonate at all. (kubectl reads discovery
 	// first: a refused discovery request is reported as "unknown" by kubectl's discovery client,
 	// so alice fills its discovery cache as herself.)
