@@ -80,6 +80,7 @@ type options struct {
 	shutdownTimeout      time.Duration
 	stateDir             string
 	workloadStorageQuota int64
+	workloadLimits       mux.Limits
 	profilerAddress      string
 
 	// logs holds component-base's logging flags (--v, --vmodule, --logging-format, ...).
@@ -120,6 +121,14 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.profilerAddress, "profiler-address", "", "Bind address of the pprof endpoint (e.g. 127.0.0.1:6060); empty disables it.")
 	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir(), "Directory that keeps every workload cluster's state across restarts (one bbolt database; a write is answered once it is on disk). Empty keeps state in memory only.")
 	fs.Int64Var(&o.workloadStorageQuota, "workload-storage-quota", store.DefaultStorageQuota, "Bytes each workload cluster may store (protobuf size of its objects); past it, writes fail as kube-apiserver's do when etcd's quota is exhausted. 0 or less: no quota.")
+	def := mux.DefaultLimits()
+	fs.IntVar(&o.workloadLimits.MaxRequestsInFlight, "workload-max-requests-inflight", def.MaxRequestsInFlight, "Non-mutating requests each workload cluster serves at once (kube-apiserver's --max-requests-inflight); past it, 429 with Retry-After. system:masters and long-running requests (watch, port-forward, exec, log, proxy) are exempt, as upstream. 0: no limit.")
+	fs.IntVar(&o.workloadLimits.MaxMutatingRequestsInFlight, "workload-max-mutating-requests-inflight", def.MaxMutatingRequestsInFlight, "Mutating requests each workload cluster serves at once (kube-apiserver's --max-mutating-requests-inflight); past it, 429 with Retry-After. 0: no limit.")
+	fs.DurationVar(&o.workloadLimits.RequestTimeout, "workload-request-timeout", def.RequestTimeout, "Time after which a workload cluster request that is not long-running is answered 504 (kube-apiserver's --request-timeout). 0: no timeout.")
+	fs.IntVar(&o.workloadLimits.MaxConnectionsPerListener, "workload-max-connections-per-listener", def.MaxConnectionsPerListener, "Open connections per workload cluster listener, port-forward tunnels included; one more is closed when accepted. 0: no limit.")
+	fs.IntVar(&o.workloadLimits.MaxWatchesPerCluster, "workload-max-watches-per-cluster", def.MaxWatchesPerCluster, "Open watches per workload cluster; one more is answered 429 with Retry-After. 0: no limit.")
+	fs.DurationVar(&o.workloadLimits.WatchWriteTimeout, "workload-watch-write-timeout", def.WatchWriteTimeout, "Time a workload cluster watch event may take to write before the watch is ended (its client stopped reading). 0: no timeout.")
+	fs.IntVar(&o.workloadLimits.MaxPortForwardStreams, "workload-max-port-forward-streams", def.MaxPortForwardStreams, "Streams forwarded at once per port-forward connection to a workload cluster; one more fails as a refused forward. 0: no limit.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "How long in-flight workload cluster requests may take on shutdown.")
 
 	if o.logs == nil {
@@ -326,7 +335,7 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 	wcl, err := mux.NewWorkloadClustersMux(store.NewManager(storeOpts...), o.listenerHost,
 		mux.WithPortRange(portMin, portMax), mux.WithBindAddress(o.listenerBindAddress), mux.WithLogger(ctrl.Log.WithName("mux")),
 		mux.WithClusterOptions(store.ClusterOptions{StorageQuota: storageQuota(o.workloadStorageQuota)}),
-		mux.WithTLSOptions(listenerTLS(tlsOpts)))
+		mux.WithTLSOptions(listenerTLS(tlsOpts)), mux.WithLimits(o.workloadLimits))
 	if err != nil {
 		return err
 	}

@@ -119,6 +119,23 @@ func TestFlags(t *testing.T) {
 	g.Expect(err).To(HaveOccurred())
 }
 
+// TestWorkloadLimitFlags: the listeners' limits come from the --workload-* flags, whose defaults
+// are mux.DefaultLimits.
+func TestWorkloadLimitFlags(t *testing.T) {
+	g := NewWithT(t)
+	o, err := parseFlags(t)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(o.workloadLimits).To(Equal(mux.DefaultLimits()))
+	o, err = parseFlags(t, "--workload-max-requests-inflight=7", "--workload-max-mutating-requests-inflight=3",
+		"--workload-request-timeout=5s", "--workload-max-connections-per-listener=9", "--workload-max-watches-per-cluster=11",
+		"--workload-watch-write-timeout=2s", "--workload-max-port-forward-streams=4")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(o.workloadLimits).To(Equal(mux.Limits{
+		MaxConnectionsPerListener: 9, MaxRequestsInFlight: 7, MaxMutatingRequestsInFlight: 3, RequestTimeout: 5 * time.Second,
+		MaxWatchesPerCluster: 11, WatchWriteTimeout: 2 * time.Second, MaxPortForwardStreams: 4,
+	}))
+}
+
 // TestLoggingFlags: component-base's logging flags are there, and the deprecated zap flags map
 // onto them unless those are given too.
 func TestLoggingFlags(t *testing.T) {

@@ -25,6 +25,55 @@ import (
 // after a random time between it and twice it, so clients re-list/re-watch like they must.
 const minWatchTimeout = 30 * time.Minute
 
+// WatchWriteLimit bounds how long writing one watch event may take. A client that stopped
+// reading fills the connection's buffers and then blocks the write: kube-apiserver's watch
+// cache ends a watcher whose buffer stays full past its dispatch budget ("Forcing watcher close
+// due to unresponsiveness"), and the write itself is bounded here, so that such a watch ends
+// after Timeout and frees what it holds. Exceeded is called when one does.
+type WatchWriteLimit struct {
+	Timeout  time.Duration
+	Exceeded func()
+}
+
+type watchWriteLimitKey struct{}
+
+// WithWatchWriteLimit returns ctx with the write limit of the watch served with it.
+func WithWatchWriteLimit(ctx context.Context, l WatchWriteLimit) context.Context {
+	return context.WithValue(ctx, watchWriteLimitKey{}, l)
+}
+
+// eventWriter writes and flushes one event at a time, each within the write limit.
+type eventWriter struct {
+	rc    *http.ResponseController
+	limit WatchWriteLimit
+}
+
+// start arms the deadline of the next write; done clears it (an idle watch has no deadline)
+// and reports whether the write ended by it.
+func (e *eventWriter) start() time.Time {
+	if e.limit.Timeout <= 0 {
+		return time.Time{}
+	}
+	deadline := time.Now().Add(e.limit.Timeout)
+	if e.rc.SetWriteDeadline(deadline) != nil {
+		return time.Time{} // the writer cannot: no limit
+	}
+	return deadline
+}
+
+func (e *eventWriter) done(deadline time.Time, ok bool) bool {
+	if deadline.IsZero() {
+		return ok
+	}
+	if !ok {
+		if !time.Now().Before(deadline) && e.limit.Exceeded != nil {
+			e.limit.Exceeded()
+		}
+		return false
+	}
+	return e.rc.SetWriteDeadline(time.Time{}) == nil
+}
+
 // serveWatch streams watch events: newline-delimited WatchEvents in JSON, length-prefixed
 // frames in protobuf, each flushed as soon as it is written.
 func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
@@ -94,6 +143,8 @@ func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
 	flusher.Flush()
 
 	framer := info.StreamSerializer.Framer.NewFrameWriter(rq.w)
+	events := &eventWriter{rc: http.NewResponseController(rq.w)}
+	events.limit, _ = rq.r.Context().Value(watchWriteLimitKey{}).(WatchWriteLimit)
 	if expired != nil {
 		// A resourceVersion older than the history: like the watch cache, a 200 stream with one
 		// ERROR event carrying the 410, so that reflectors relist.
@@ -122,10 +173,11 @@ func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
 		if _, isStatus := obj.(*metav1.Status); isStatus {
 			enc = codecs.EncoderForVersion(info.Serializer, gv)
 		}
-		if !h.writeEvent(framer, ev.Type, obj, enc, eventEnc) {
+		deadline := events.start()
+		ok = h.writeEvent(framer, ev.Type, obj, enc, eventEnc) && events.rc.Flush() == nil
+		if !events.done(deadline, ok) {
 			return
 		}
-		flusher.Flush()
 	}
 }
 

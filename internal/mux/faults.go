@@ -294,7 +294,13 @@ func (f *Faults) serve(next http.Handler, w http.ResponseWriter, r *http.Request
 		if watch {
 			w = &delayedWriter{ResponseWriter: w, latency: f.Latency, ctx: r.Context()}
 		} else if err := f.Latency.Sleep(r.Context()); err != nil {
-			return // the client went away
+			if errors.Is(r.Context().Err(), context.DeadlineExceeded) {
+				// The request's deadline passed while etcd was slow: kube-apiserver's answer.
+				refused(reasonRequestTimeout)
+				err := apierrors.NewTimeoutError("request did not complete within requested timeout - context deadline exceeded", 0)
+				writeStatus(w, &err.ErrStatus)
+			}
+			return // else the client went away
 		}
 	}
 	if info != nil && info.IsResourceRequest {
@@ -361,6 +367,15 @@ func (d *delayedWriter) Flush() {
 	if f, ok := d.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// SetWriteDeadline moves the watch write timeout's deadline by the longest injected delay: the
+// delay is the simulated server's, not a client that stopped reading.
+func (d *delayedWriter) SetWriteDeadline(t time.Time) error {
+	if !t.IsZero() {
+		t = t.Add(d.latency.Base + time.Duration(float64(d.latency.Base)*max(d.latency.Jitter, 0)))
+	}
+	return http.NewResponseController(d.ResponseWriter).SetWriteDeadline(t)
 }
 
 // Unwrap lets http.ResponseController reach the connection.

@@ -68,6 +68,9 @@ type WorkloadClusterListener struct {
 	// SNI "localhost" (or none), so the tunnel tells which member they mean.
 	forwarded sync.Map
 
+	// watches counts the open watches (Limits.MaxWatchesPerCluster).
+	watches atomic.Int64
+
 	// faults is what the API server's fault filter reads: nil unless a fault of its own is set.
 	faults atomic.Pointer[Faults]
 	// faultsSet are all the faults set (SetFaults), unreachable holds serving off.
@@ -295,6 +298,9 @@ func (l *WorkloadClusterListener) startLocked() error {
 		FindPod: l.findPod,
 		Lookup:  l.lookupPodPort,
 		Dial:    l.dialSelf,
+
+		MaxStreams: l.mux.limits.MaxPortForwardStreams,
+		Refused:    func() { refused(reasonPortForwardStreams) },
 	})
 	if err != nil {
 		_ = ln.Close()
@@ -326,7 +332,7 @@ func (l *WorkloadClusterListener) startLocked() error {
 	done := make(chan struct{})
 	l.serveDone = done
 	srv := l.srv
-	tlsLn := tls.NewListener(&listenerConns{Listener: ln}, &tls.Config{GetConfigForClient: l.tlsConfigFor})
+	tlsLn := tls.NewListener(&listenerConns{Listener: ln, max: l.mux.limits.MaxConnectionsPerListener}, &tls.Config{GetConfigForClient: l.tlsConfigFor})
 	go func() {
 		defer close(done)
 		if err := srv.Serve(tlsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -426,8 +432,11 @@ func (l *WorkloadClusterListener) tlsConfigFor(hello *tls.ClientHelloInfo) (*tls
 func (l *WorkloadClusterListener) routes(api http.Handler) http.Handler {
 	// kube-apiserver's order: the request is parsed once (genericfilters.WithRequestInfo), then
 	// authenticated, impersonation applied and authorized (auth.go); metrics and the API server
-	// read the parsed RequestInfo from the context.
-	authenticated := genericfilters.WithRequestInfo(authenticate(l.cluster, instrument(l.withFaults(api))), requestInfoFactory)
+	// read the parsed RequestInfo from the context. The limits (limits.go) come behind
+	// authorization, as kube-apiserver's max-in-flight does (system:masters is exempt), and in
+	// front of the faults, whose latency holds a request's slot and counts against its timeout.
+	authenticated := genericfilters.WithRequestInfo(authenticate(l.cluster, instrument(l.withLimits(l.withFaults, api))), requestInfoFactory)
+	authenticated = genericfilters.WithRequestReceivedTimestamp(authenticated)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := connFrom(r.Context())
 		switch {

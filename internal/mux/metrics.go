@@ -1,8 +1,10 @@
 package mux
 
 import (
+	"bufio"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -96,6 +98,12 @@ func (s *statusRecorder) Flush() {
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// Hijack hands the connection to an upgrade (port-forward over SPDY: its upgrader asserts
+// http.Hijacker rather than asking http.ResponseController).
+func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(s.ResponseWriter).Hijack()
 }
 
 // Unwrap lets http.ResponseController reach the connection (hijack for port-forward upgrades).

@@ -100,6 +100,7 @@ type WorkloadClustersMux struct {
 	portMin     int
 	portMax     int
 	tls         TLSOptions
+	limits      Limits
 	log         logr.Logger
 
 	mu        sync.Mutex
@@ -118,6 +119,7 @@ func NewWorkloadClustersMux(manager *store.Manager, host string, opts ...Option)
 		host:      host,
 		portMin:   DefaultPortMin,
 		portMax:   DefaultPortMax,
+		limits:    DefaultLimits(),
 		log:       logr.Discard(),
 		listeners: map[string]*WorkloadClusterListener{},
 		ports:     map[int]string{},

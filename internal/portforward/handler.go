@@ -73,7 +73,21 @@ type Options struct {
 	// DisableWebSockets refuses WebSocket upgrades with 400, like an API
 	// server that does not tunnel; clients then fall back to SPDY.
 	DisableWebSockets bool
+
+	// MaxStreams bounds the forwarded streams of one connection: the pairs
+	// being forwarded, and apart from them the pairs waiting for their second
+	// stream. A pair past it is refused on its error stream, as a failed
+	// forward is; a WebSocket asking for more ports is refused with 400. Zero
+	// or less: no bound but the WebSocket channel protocol's own (MaxChannelPorts).
+	MaxStreams int
+	// Refused is called for every stream refused at MaxStreams.
+	Refused func()
 }
+
+// MaxChannelPorts is the most ports one WebSocket of the channel protocol can
+// carry: each takes two channels, numbered by one byte, and channel 255 is the
+// stream-close signal.
+const MaxChannelPorts = 127
 
 // Handler serves port-forward requests. Create it with NewHandler.
 type Handler struct {
@@ -97,6 +111,9 @@ func NewHandler(opts Options) (*Handler, error) {
 	}
 	if opts.StreamCreationTimeout <= 0 {
 		opts.StreamCreationTimeout = DefaultStreamCreationTimeout
+	}
+	if opts.Refused == nil {
+		opts.Refused = func() {}
 	}
 	return &Handler{opts: opts, active: map[*func()]struct{}{}}, nil
 }

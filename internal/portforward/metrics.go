@@ -16,6 +16,7 @@ const (
 	resultRejected   = "rejected"    // Lookup refused the pod or port
 	resultDialFailed = "dial_failed" // Dial failed
 	resultTimeout    = "timeout"     // the pair's second stream never came
+	resultLimited    = "limited"     // refused at Options.MaxStreams
 )
 
 var (

@@ -27,14 +27,16 @@ type session struct {
 	ready chan struct{} // closed once conn is set
 	conn  httpstream.Connection
 
-	mu     sync.Mutex
-	closed bool
-	pairs  map[string]*streamPair // pairs still waiting for their second stream
-	wg     sync.WaitGroup         // forwarders and timeout reporters, added under mu while !closed
+	mu         sync.Mutex
+	closed     bool
+	pairs      map[string]*streamPair // pairs still waiting for their second stream
+	forwarding int                    // complete pairs not yet released (Options.MaxStreams)
+	wg         sync.WaitGroup         // forwarders and timeout reporters, added under mu while !closed
 }
 
 type streamPair struct {
 	id                   string
+	counted              bool // in session.forwarding until released
 	data, errs           httpstream.Stream
 	dataReply, errsReply <-chan struct{}
 	timer                *time.Timer
@@ -98,6 +100,12 @@ func (s *session) newStream(stream httpstream.Stream, replySent <-chan struct{})
 	}
 	p := s.pairs[id]
 	if p == nil {
+		if max := s.h.opts.MaxStreams; max > 0 && len(s.pairs) >= max {
+			// As many half-open pairs as streams may be forwarded: reset this one.
+			s.h.opts.Refused()
+			streamsTotal.WithLabelValues(s.protocol, resultLimited).Inc()
+			return fmt.Errorf("too many port-forward streams waiting for their pair (at most %d)", max)
+		}
 		p = &streamPair{id: id}
 		s.pairs[id] = p
 		p.timer = time.AfterFunc(s.h.opts.StreamCreationTimeout, func() { s.expire(p) })
@@ -119,8 +127,28 @@ func (s *session) newStream(stream httpstream.Stream, replySent <-chan struct{})
 	p.timer.Stop()
 	delete(s.pairs, id)
 	s.wg.Add(1)
+	if max := s.h.opts.MaxStreams; max > 0 && s.forwarding >= max {
+		go s.refuse(p, max)
+		return nil
+	}
+	s.forwarding++
+	p.counted = true
 	go s.forward(p)
 	return nil
+}
+
+// refuse reports on the pair's error stream that the connection forwards as many streams as
+// it may.
+func (s *session) refuse(p *streamPair, max int) {
+	defer s.wg.Done()
+	s.h.opts.Refused()
+	streamsTotal.WithLabelValues(s.protocol, resultLimited).Inc()
+	if !s.waitReply(p.dataReply) || !s.waitReply(p.errsReply) {
+		s.release(p)
+		return
+	}
+	port, _ := parsePort(p.data.Headers().Get(corev1.PortHeader)) // validated in newStream
+	s.fail(p, s.forwardError(port, fmt.Errorf("too many port-forward streams on this connection (at most %d)", max)))
 }
 
 // expire drops a pair whose second stream never came.
@@ -227,6 +255,12 @@ func (s *session) fail(p *streamPair, msg string) {
 // release forgets the pair's streams so a long-lived connection does not
 // accumulate them.
 func (s *session) release(p *streamPair) {
+	if p.counted {
+		s.mu.Lock()
+		s.forwarding--
+		p.counted = false
+		s.mu.Unlock()
+	}
 	<-s.ready
 	var streams []httpstream.Stream
 	for _, st := range []httpstream.Stream{p.data, p.errs} {

@@ -26,6 +26,16 @@ func (h *Handler) serveChannels(w http.ResponseWriter, req *http.Request, ns, po
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
 		return
 	}
+	limit := MaxChannelPorts
+	if max := h.opts.MaxStreams; max > 0 && max < limit {
+		limit = max
+	}
+	if len(ports) > limit {
+		h.opts.Refused()
+		streamsTotal.WithLabelValues(protocolChannels, resultLimited).Inc()
+		writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("too many ports: %d, at most %d on one connection", len(ports), limit)))
+		return
+	}
 	channels := make([]wsstream.ChannelType, 0, 2*len(ports))
 	for range ports {
 		channels = append(channels, wsstream.ReadWriteChannel, wsstream.WriteChannel)

@@ -1,0 +1,184 @@
+package mux
+
+import (
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
+	genericfilters "k8s.io/apiserver/pkg/endpoints/filters"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	serverfilters "k8s.io/apiserver/pkg/server/filters"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/apiserver"
+)
+
+// Limits bound what the clients of one workload cluster's listener can hold of the process
+// (docs/limits.md). Zero (or less) turns a limit off.
+type Limits struct {
+	// MaxConnectionsPerListener bounds the open connections of one listener; one more is closed
+	// as soon as it is accepted. Port-forward tunnels dial back into the listener and count.
+	MaxConnectionsPerListener int
+	// MaxRequestsInFlight and MaxMutatingRequestsInFlight are kube-apiserver's
+	// --max-requests-inflight and --max-mutating-requests-inflight, per workload cluster: past
+	// them a request is answered 429 with Retry-After, except for system:masters and for
+	// long-running requests (watch, port-forward, exec, attach, log, proxy), as upstream.
+	MaxRequestsInFlight         int
+	MaxMutatingRequestsInFlight int
+	// RequestTimeout is kube-apiserver's --request-timeout: a request that is not long-running
+	// is answered 504 after it (or after its own shorter ?timeout=).
+	RequestTimeout time.Duration
+	// MaxWatchesPerCluster bounds the open watches of one workload cluster; one more is
+	// answered 429 with Retry-After.
+	MaxWatchesPerCluster int
+	// WatchWriteTimeout ends a watch whose event could not be written for that long: its
+	// client stopped reading.
+	WatchWriteTimeout time.Duration
+	// MaxPortForwardStreams bounds the forwarded streams of one port-forward connection (each
+	// one is a connection back into the listener).
+	MaxPortForwardStreams int
+}
+
+// DefaultLimits are sized for 1,000 workload clusters in one process, each used by CAPI's
+// controllers and a few people (docs/limits.md says why each is what it is).
+func DefaultLimits() Limits {
+	return Limits{
+		MaxConnectionsPerListener:   256,
+		MaxRequestsInFlight:         100,
+		MaxMutatingRequestsInFlight: 50,
+		RequestTimeout:              60 * time.Second,
+		MaxWatchesPerCluster:        100,
+		WatchWriteTimeout:           10 * time.Second,
+		MaxPortForwardStreams:       32,
+	}
+}
+
+// WithLimits sets the listeners' limits (default: DefaultLimits).
+func WithLimits(l Limits) Option { return func(m *WorkloadClustersMux) { m.limits = l } }
+
+// longRunning is kube-apiserver's LongRunningFunc: watches and the streaming subresources are
+// exempt from max-in-flight and from the request timeout.
+var longRunning = serverfilters.BasicLongRunningRequestCheck(sets.NewString("watch", "proxy"),
+	sets.NewString("attach", "exec", "proxy", "log", "portforward"))
+
+// withLimits wraps the API server's handler in the request limits, in kube-apiserver's order:
+// the watch limit and max-in-flight first (they answer at once), then the request's deadline
+// and, around the handler, the timeout filter. The faults come between the two: their latency
+// counts against the deadline, and they answer the 504 themselves when it passes while they
+// wait, so the handler the timeout filter runs in its own goroutine is only the API server's.
+func (l *WorkloadClusterListener) withLimits(faults func(http.Handler) http.Handler, api http.Handler) http.Handler {
+	timeout := l.mux.limits.RequestTimeout
+	return l.limitWatches(l.limitInFlight(withRequestDeadline(faults(withTimeout(withTestHook(api), timeout)), timeout)))
+}
+
+// testHookServing, when set, runs for every request just before the API server's handler
+// (tests hold requests in flight with it).
+var testHookServing atomic.Pointer[func(*http.Request)]
+
+func withTestHook(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hook := testHookServing.Load(); hook != nil {
+			(*hook)(r)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// limitWatches answers a watch past MaxWatchesPerCluster with 429, and hands the others the
+// watch write timeout.
+func (l *WorkloadClusterListener) limitWatches(next http.Handler) http.Handler {
+	lim := l.mux.limits
+	if lim.MaxWatchesPerCluster <= 0 && lim.WatchWriteTimeout <= 0 {
+		return next
+	}
+	writeLimit := apiserver.WatchWriteLimit{Timeout: lim.WatchWriteTimeout, Exceeded: func() { refused(reasonWatchWriteTimeout) }}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		info, ok := request.RequestInfoFrom(r.Context())
+		if !ok || info.Verb != "watch" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if lim.MaxWatchesPerCluster > 0 {
+			if l.watches.Add(1) > int64(lim.MaxWatchesPerCluster) {
+				l.watches.Add(-1)
+				refused(reasonWatches)
+				tooMany(w, fmt.Sprintf("Too many watches on this cluster (at most %d), please try again later.", lim.MaxWatchesPerCluster))
+				return
+			}
+			defer l.watches.Add(-1)
+		}
+		if lim.WatchWriteTimeout > 0 {
+			r = r.WithContext(apiserver.WithWatchWriteLimit(r.Context(), writeLimit))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// tooMany answers 429 with Retry-After, as kube-apiserver's limits do.
+func tooMany(w http.ResponseWriter, msg string) {
+	err := apierrors.NewTooManyRequests(msg, 1)
+	w.Header().Set("Retry-After", "1")
+	writeStatus(w, &err.ErrStatus)
+}
+
+// limitInFlight is kube-apiserver's max-in-flight filter (WithMaxInFlightLimit) over this
+// listener's own counters, counting its refusals.
+func (l *WorkloadClusterListener) limitInFlight(next http.Handler) http.Handler {
+	lim := l.mux.limits
+	if lim.MaxRequestsInFlight <= 0 && lim.MaxMutatingRequestsInFlight <= 0 {
+		return next
+	}
+	admit := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a := w.(*admission)
+		a.admitted = true
+		next.ServeHTTP(a.ResponseWriter, r)
+	})
+	limited := serverfilters.WithMaxInFlightLimit(admit, max(lim.MaxRequestsInFlight, 0), max(lim.MaxMutatingRequestsInFlight, 0), longRunning)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a := &admission{ResponseWriter: w}
+		limited.ServeHTTP(a, r)
+		if a.admitted {
+			return
+		}
+		// The filter answered 429 itself.
+		if info, ok := request.RequestInfoFrom(r.Context()); ok && (info.Verb == "get" || info.Verb == "list" || info.Verb == "watch") {
+			refused(reasonInflightReadOnly)
+		} else {
+			refused(reasonInflightMutating)
+		}
+	})
+}
+
+// admission tells limitInFlight whether the filter let the request through.
+type admission struct {
+	http.ResponseWriter
+	admitted bool
+}
+
+// withRequestDeadline is kube-apiserver's request deadline (WithRequestDeadline): a request
+// that is not long-running must be done by the lesser of timeout and its own ?timeout=.
+func withRequestDeadline(next http.Handler, timeout time.Duration) http.Handler {
+	if timeout <= 0 {
+		return next
+	}
+	return genericfilters.WithRequestDeadline(next, nil, nil, longRunning, clientgoscheme.Codecs, timeout)
+}
+
+// withTimeout is kube-apiserver's timeout filter (WithTimeoutForNonLongRunningRequests): once the
+// request's deadline passes, 504, whatever the handler is still doing. Its refusals are counted.
+func withTimeout(next http.Handler, timeout time.Duration) http.Handler {
+	if timeout <= 0 {
+		return next
+	}
+	return serverfilters.WithTimeout(next, func(r *http.Request) (*http.Request, bool, func(), *apierrors.StatusError) {
+		info, ok := request.RequestInfoFrom(r.Context())
+		if !ok || longRunning(r, info) {
+			return r, true, nil, nil
+		}
+		return r, false, func() { refused(reasonRequestTimeout) },
+			apierrors.NewTimeoutError("request did not complete within the allotted timeout", 0)
+	})
+}

@@ -1,0 +1,440 @@
+package mux
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	gwebsocket "github.com/gorilla/websocket"
+	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	//lint:ignore SA1019 client-go's SPDY dialer and KCP's proxy.Conn speak it
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport/spdy"
+	"sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg/proxy"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/etcd"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/portforward"
+)
+
+// limitedCluster serves one workload cluster (API server, etcd member etcd-0) under lim, on
+// this test file's ports (12600-12699).
+func limitedCluster(t *testing.T, lim Limits) (*WorkloadClusterListener, clusterCerts) {
+	t.Helper()
+	g := NewWithT(t)
+	m := newTestMux(t, WithPortRange(12600, 12699), WithLimits(lim))
+	cc := newClusterCerts(t)
+	const wcl = "ns/limits"
+	l, err := m.InitWorkloadClusterListener(wcl)
+	g.Expect(err).NotTo(HaveOccurred())
+	runningPod(t, l, "etcd-0")
+	g.Expect(m.AddEtcdMember(wcl, "etcd-0", cc.etcdCA, cc.etcdCAKey)).To(Succeed())
+	g.Expect(m.AddAPIServer(wcl, "kube-apiserver-0", cc.ca, cc.caKey)).To(Succeed())
+	return l, cc
+}
+
+// clientAs is a client-go clientset for a certificate of the cluster CA, without client-side
+// retries of 429s (client-go retries them by default).
+func clientAs(t *testing.T, l *WorkloadClusterListener, cc clusterCerts, cn string, groups ...string) *kubernetes.Clientset {
+	t.Helper()
+	cfg := &rest.Config{Host: l.Address(), TLSClientConfig: rest.TLSClientConfig{CAData: pemCert(cc.ca)}, QPS: -1}
+	cfg.CertData, cfg.KeyData = clientCert(t, cc, cn, groups, time.Hour)
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+// grantAll lets user do everything, through the cluster's RBAC objects (it is not in
+// system:masters, so max-in-flight applies to it).
+func grantAll(t *testing.T, l *WorkloadClusterListener, user string) {
+	t.Helper()
+	c, _ := l.GetClient()
+	ctx := context.Background()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "all-" + user},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "all-" + user},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}}
+	if err := c.Create(ctx, role); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, binding); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func refusals(reason string) float64 { return testutil.ToFloat64(refusedTotal.WithLabelValues(reason)) }
+
+// getConfigMaps lists configmaps once, without retries.
+func getConfigMaps(cs *kubernetes.Clientset) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return cs.CoreV1().RESTClient().Get().Namespace("default").Resource("configmaps").MaxRetries(0).Do(ctx).Error()
+}
+
+func createConfigMap(cs *kubernetes.Clientset, name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	return cs.CoreV1().RESTClient().Post().Namespace("default").Resource("configmaps").Body(cm).MaxRetries(0).Do(ctx).Error()
+}
+
+// TestMaxRequestsInFlight: past --workload-max-requests-inflight (reads) or
+// --workload-max-mutating-requests-inflight (writes) a request is answered 429 with
+// Retry-After, as kube-apiserver's max-in-flight filter answers; system:masters is exempt.
+func TestMaxRequestsInFlight(t *testing.T) {
+	g := NewWithT(t)
+	l, cc := limitedCluster(t, Limits{MaxRequestsInFlight: 2, MaxMutatingRequestsInFlight: 1})
+	// Hold every configmaps request of user "limited" (not a watch).
+	arrived, release := make(chan string, 10), make(chan struct{})
+	hook := func(r *http.Request) {
+		u, _ := request.UserFrom(r.Context())
+		if strings.Contains(r.URL.Path, "/configmaps") && r.URL.Query().Get("watch") == "" && u != nil && u.GetName() == "limited" {
+			arrived <- r.Method
+			<-release
+		}
+	}
+	testHookServing.Store(&hook)
+	t.Cleanup(func() { testHookServing.Store(nil) })
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(release)
+		}
+	})
+
+	grantAll(t, l, "limited")
+	limited := clientAs(t, l, cc, "limited")
+	done := make(chan error, 10)
+	for range 2 {
+		go func() { done <- getConfigMaps(limited) }()
+	}
+	go func() { done <- createConfigMap(limited, "held") }()
+	for range 3 {
+		select {
+		case <-arrived:
+		case <-time.After(30 * time.Second):
+			t.Fatal("requests did not arrive")
+		}
+	}
+
+	readOnly, mutating := refusals(reasonInflightReadOnly), refusals(reasonInflightMutating)
+	err := getConfigMaps(limited)
+	g.Expect(apierrors.IsTooManyRequests(err)).To(BeTrue(), "got %v", err)
+	seconds, ok := apierrors.SuggestsClientDelay(err)
+	g.Expect(ok).To(BeTrue(), "no Retry-After")
+	g.Expect(seconds).To(Equal(1))
+	g.Expect(refusals(reasonInflightReadOnly) - readOnly).To(BeEquivalentTo(1))
+
+	err = createConfigMap(limited, "refused")
+	g.Expect(apierrors.IsTooManyRequests(err)).To(BeTrue(), "got %v", err)
+	g.Expect(refusals(reasonInflightMutating) - mutating).To(BeEquivalentTo(1))
+
+	// system:masters passes, as upstream; so do long-running requests (a watch).
+	admin := clientAs(t, l, cc, "kubernetes-admin", "system:masters")
+	g.Expect(getConfigMaps(admin)).To(Succeed())
+	w, err := limited.CoreV1().ConfigMaps("default").Watch(context.Background(), metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	w.Stop()
+
+	close(release)
+	released = true
+	for range 3 {
+		g.Expect(<-done).To(Succeed())
+	}
+	g.Expect(getConfigMaps(limited)).To(Succeed(), "the slots are free again")
+}
+
+// TestRequestTimeout: a request that is not long-running is answered 504 after
+// --workload-request-timeout, as kube-apiserver's timeout filter answers; watches are not.
+func TestRequestTimeout(t *testing.T) {
+	g := NewWithT(t)
+	l, cc := limitedCluster(t, Limits{RequestTimeout: 500 * time.Millisecond})
+	admin := clientAs(t, l, cc, "kubernetes-admin", "system:masters")
+	w, err := admin.CoreV1().ConfigMaps("default").Watch(context.Background(), metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer w.Stop()
+
+	// A slow etcd (an injected latency far past the timeout).
+	g.Expect(l.SetFaults(context.Background(), &Faults{Latency: etcd.Latency{Base: time.Hour}})).To(Succeed())
+	before := refusals(reasonRequestTimeout)
+	err = getConfigMaps(admin)
+	g.Expect(apierrors.IsTimeout(err)).To(BeTrue(), "got %v", err)
+	g.Expect(refusals(reasonRequestTimeout) - before).To(BeEquivalentTo(1))
+
+	// A handler that ignores its context: the filter answers.
+	g.Expect(l.SetFaults(context.Background(), nil)).To(Succeed())
+	release := make(chan struct{})
+	hook := func(r *http.Request) {
+		if strings.Contains(r.URL.Path, "/configmaps") && r.URL.Query().Get("watch") == "" {
+			<-release
+		}
+	}
+	testHookServing.Store(&hook)
+	t.Cleanup(func() { testHookServing.Store(nil); close(release) })
+	before = refusals(reasonRequestTimeout)
+	err = getConfigMaps(admin)
+	g.Expect(apierrors.IsTimeout(err)).To(BeTrue(), "got %v", err)
+	g.Expect(refusals(reasonRequestTimeout) - before).To(BeEquivalentTo(1))
+
+	// The watch opened before outlived the timeout and still delivers.
+	c, _ := l.GetClient()
+	g.Expect(c.Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after", Namespace: "default"}})).To(Succeed())
+	g.Eventually(w.ResultChan(), 10*time.Second).Should(Receive())
+}
+
+// TestMaxConnectionsPerListener: past --workload-max-connections-per-listener a connection is
+// closed as soon as it is accepted, and its slot is free again once one closes.
+func TestMaxConnectionsPerListener(t *testing.T) {
+	g := NewWithT(t)
+	l, cc := limitedCluster(t, Limits{MaxConnectionsPerListener: 2})
+	admin := keyPair(t, cc.ca, cc.caKey, "kubernetes-admin", "system:masters")
+	var open []*tls.Conn
+	for range 2 {
+		c, err := dialListener(t, l, "", &admin, "h2")
+		g.Expect(err).NotTo(HaveOccurred())
+		open = append(open, c)
+	}
+	before := refusals(reasonConnections)
+	_, err := dialListener(t, l, "", &admin, "h2")
+	g.Expect(err).To(HaveOccurred(), "a third connection")
+	g.Expect(refusals(reasonConnections) - before).To(BeEquivalentTo(1))
+	g.Expect(h2Get(t, open[0], "/api/v1/namespaces")).To(Equal(http.StatusOK), "the open ones serve")
+
+	_ = open[1].Close()
+	g.Eventually(func() error {
+		c, err := dialListener(t, l, "", &admin, "h2")
+		if err == nil {
+			_ = c.Close()
+		}
+		return err
+	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+	_ = open[0].Close()
+}
+
+// TestMaxWatchesPerCluster: past --workload-max-watches-per-cluster a watch is answered 429,
+// and its slot is free again once one ends.
+func TestMaxWatchesPerCluster(t *testing.T) {
+	g := NewWithT(t)
+	l, cc := limitedCluster(t, Limits{MaxWatchesPerCluster: 2})
+	admin := clientAs(t, l, cc, "kubernetes-admin", "system:masters")
+	watch := func() (interface{ Stop() }, error) {
+		return admin.CoreV1().RESTClient().Get().Namespace("default").Resource("configmaps").Param("watch", "true").MaxRetries(0).Watch(context.Background())
+	}
+	var open []interface{ Stop() }
+	for range 2 {
+		w, err := watch()
+		g.Expect(err).NotTo(HaveOccurred())
+		open = append(open, w)
+	}
+	before := refusals(reasonWatches)
+	_, err := watch()
+	g.Expect(apierrors.IsTooManyRequests(err)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("Too many watches on this cluster (at most 2)"))
+	seconds, _ := apierrors.SuggestsClientDelay(err)
+	g.Expect(seconds).To(Equal(1))
+	g.Expect(refusals(reasonWatches) - before).To(BeEquivalentTo(1))
+	g.Expect(getConfigMaps(admin)).To(Succeed(), "other requests pass")
+
+	open[0].Stop()
+	g.Eventually(func() error {
+		w, err := watch()
+		if err == nil {
+			open[0] = w
+		}
+		return err
+	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+	for _, w := range open {
+		w.Stop()
+	}
+}
+
+// TestWatchWriteTimeout: a watch whose client stopped reading is ended once an event could not
+// be written for --workload-watch-write-timeout, and frees its slot.
+func TestWatchWriteTimeout(t *testing.T) {
+	g := NewWithT(t)
+	l, cc := limitedCluster(t, Limits{MaxWatchesPerCluster: 1, WatchWriteTimeout: 300 * time.Millisecond})
+	admin := keyPair(t, cc.ca, cc.caKey, "kubernetes-admin", "system:masters")
+
+	// An HTTP/1.1 watch whose client reads the response header and then nothing.
+	c, err := dialListener(t, l, "", &admin)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer c.Close()
+	_, err = fmt.Fprintf(c, "GET /api/v1/namespaces/default/configmaps?watch=true HTTP/1.1\r\nHost: listener\r\n\r\n")
+	g.Expect(err).NotTo(HaveOccurred())
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+
+	cs := clientAs(t, l, cc, "kubernetes-admin", "system:masters")
+	watch := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		w, err := cs.CoreV1().RESTClient().Get().Namespace("default").Resource("configmaps").Param("watch", "true").MaxRetries(0).Watch(ctx)
+		if err == nil {
+			w.Stop()
+		}
+		return err
+	}
+	g.Expect(apierrors.IsTooManyRequests(watch())).To(BeTrue(), "the reader-less watch holds the only slot")
+
+	// Events far larger than what the connection buffers, until a write blocks.
+	before := refusals(reasonWatchWriteTimeout)
+	kc, _ := l.GetClient()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: "default"}, Data: map[string]string{"v": strings.Repeat("x", 512<<10)}}
+	g.Expect(kc.Create(context.Background(), cm)).To(Succeed())
+	g.Eventually(func() float64 {
+		cm.Data["n"] = fmt.Sprint(time.Now().UnixNano())
+		g.Expect(kc.Update(context.Background(), cm)).To(Succeed())
+		return refusals(reasonWatchWriteTimeout) - before
+	}, 30*time.Second, 20*time.Millisecond).Should(BeEquivalentTo(1))
+	g.Eventually(watch, 10*time.Second, 50*time.Millisecond).Should(Succeed(), "the slot is free again")
+}
+
+// spdyConn upgrades a port-forward to pod (client-go's SPDY dialer, as kubectl's fallback).
+func spdyConn(t *testing.T, l *WorkloadClusterListener, cc clusterCerts, pod string) httpstream.Connection {
+	t.Helper()
+	cfg := capiRESTConfig(t, "limits", l, cc)
+	rt, upgrader, err := spdy.RoundTripperFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := kubernetes.NewForConfigOrDie(cfg).CoreV1().RESTClient().Post().Namespace(metav1.NamespaceSystem).Resource("pods").Name(pod).SubResource("portforward")
+	conn, _, err := spdy.NewDialer(upgrader, &http.Client{Transport: rt}, http.MethodPost, req.URL()).Dial(portforward.ProtocolV1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// forwardPair opens the error and data streams of one forwarded connection to port.
+func forwardPair(t *testing.T, conn httpstream.Connection, port int, id string) (errs, data httpstream.Stream) {
+	t.Helper()
+	h := http.Header{}
+	h.Set(corev1.PortHeader, fmt.Sprint(port))
+	h.Set(corev1.PortForwardRequestIDHeader, id)
+	h.Set(corev1.StreamType, corev1.StreamTypeError)
+	errs, err := conn.CreateStream(h)
+	if err != nil {
+		t.Fatalf("error stream %s: %v", id, err)
+	}
+	_ = errs.Close() // we never write to it
+	h.Set(corev1.StreamType, corev1.StreamTypeData)
+	if data, err = conn.CreateStream(h); err != nil {
+		t.Fatalf("data stream %s: %v", id, err)
+	}
+	return errs, data
+}
+
+// streamConn is KCP's proxy.Conn whose Close ends only its stream: proxy.Conn's Close, and its
+// deadlines when they expire, end the whole port-forward connection, which KCP opens for one
+// stream (tls.Conn's Close sets a write deadline).
+type streamConn struct {
+	net.Conn
+	stream httpstream.Stream
+}
+
+func (c streamConn) Close() error                     { return c.stream.Reset() }
+func (c streamConn) SetDeadline(time.Time) error      { return nil }
+func (c streamConn) SetReadDeadline(time.Time) error  { return nil }
+func (c streamConn) SetWriteDeadline(time.Time) error { return nil }
+
+// TestMaxPortForwardStreams: past --workload-max-port-forward-streams a port-forward connection
+// refuses a stream on its error stream, as a failed forward is reported, and forwards again once
+// one ends; a WebSocket asking for more ports is refused.
+func TestMaxPortForwardStreams(t *testing.T) {
+	g := NewWithT(t)
+	l, cc := limitedCluster(t, Limits{MaxPortForwardStreams: 1})
+	etcdClient := keyPair(t, cc.etcdCA, cc.etcdCAKey, "kube-etcd-healthcheck-client")
+	conn := spdyConn(t, l, cc, "etcd-0")
+	// A forwarded stream carries a TLS connection to the member.
+	tunnel := func(id string) (*tls.Conn, httpstream.Stream, error) {
+		_, data := forwardPair(t, conn, EtcdClientPort, id)
+		c, err := dialTLS(t, streamConn{proxy.NewConn(conn, data), data}, "etcd-0", &etcdClient, "h2")
+		return c, data, err
+	}
+
+	first, firstData, err := tunnel("0")
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = memberList(grpcOver(t, first))
+	g.Expect(err).NotTo(HaveOccurred())
+
+	before := refusals(reasonPortForwardStreams)
+	errs, _ := forwardPair(t, conn, EtcdClientPort, "1")
+	msg, err := io.ReadAll(errs)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(msg)).To(Equal("error forwarding port 2379 to pod kube-system/etcd-0: too many port-forward streams on this connection (at most 1)"))
+	g.Expect(refusals(reasonPortForwardStreams) - before).To(BeEquivalentTo(1))
+
+	_ = firstData.Reset()
+	n := 1
+	g.Eventually(func() error {
+		n++
+		c, data, err := tunnel(fmt.Sprint(n))
+		if err == nil {
+			_, err = memberList(grpcOver(t, c))
+			_ = data.Reset()
+		}
+		return err
+	}, 10*time.Second, 50*time.Millisecond).Should(Succeed(), "the stream's slot is free again")
+
+	// The WebSocket channel protocol names its ports up front.
+	tlsCfg := &tls.Config{RootCAs: pool(cc.ca), Certificates: []tls.Certificate{keyPair(t, cc.ca, cc.caKey, "kubernetes-admin", "system:masters")}}
+	d := gwebsocket.Dialer{TLSClientConfig: tlsCfg, Subprotocols: []string{"v4.channel.k8s.io"}, HandshakeTimeout: 10 * time.Second}
+	u := "wss://" + l.HostPort() + "/api/v1/namespaces/kube-system/pods/etcd-0/portforward?ports=2379,2379"
+	before = refusals(reasonPortForwardStreams)
+	_, resp, err := d.Dial(u, nil)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(resp).NotTo(BeNil())
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusBadRequest))
+	g.Expect(string(body)).To(ContainSubstring("too many ports: 2, at most 1 on one connection"))
+	g.Expect(refusals(reasonPortForwardStreams) - before).To(BeEquivalentTo(1))
+}
+
+// TestWebSocketChannelPortsFitTheProtocol: without a stream limit, the channel protocol still
+// refuses more ports than its one-byte channel numbers can tell apart (past 128, channel 2i
+// wraps onto another port's).
+func TestWebSocketChannelPortsFitTheProtocol(t *testing.T) {
+	g := NewWithT(t)
+	l, cc := limitedCluster(t, Limits{})
+	tlsCfg := &tls.Config{RootCAs: pool(cc.ca), Certificates: []tls.Certificate{keyPair(t, cc.ca, cc.caKey, "kubernetes-admin", "system:masters")}}
+	d := gwebsocket.Dialer{TLSClientConfig: tlsCfg, Subprotocols: []string{"v4.channel.k8s.io"}, HandshakeTimeout: 10 * time.Second}
+	ports := func(n int) string { return strings.TrimSuffix(strings.Repeat("2379,", n), ",") }
+	base := "wss://" + l.HostPort() + "/api/v1/namespaces/kube-system/pods/etcd-0/portforward?ports="
+
+	_, resp, err := d.Dial(base+ports(portforward.MaxChannelPorts+1), nil)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(resp).NotTo(BeNil())
+	_ = resp.Body.Close()
+	g.Expect(resp.StatusCode).To(Equal(http.StatusBadRequest))
+
+	ws, resp, err := d.Dial(base+ports(portforward.MaxChannelPorts), nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = resp.Body.Close()
+	defer ws.Close()
+	// The last port's channels are 252 and 253: each starts with the port number.
+	seen := map[byte]bool{}
+	_ = ws.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for len(seen) < 2*portforward.MaxChannelPorts {
+		_, msg, err := ws.ReadMessage()
+		g.Expect(err).NotTo(HaveOccurred())
+		seen[msg[0]] = true
+	}
+	g.Expect(seen).To(HaveKey(byte(253)))
+}
