@@ -89,7 +89,7 @@ func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes)
 	}
 	var reasons []string
 	if node, ok := nodeName(u); ok {
-		allowed, reason := authorizeNode(node, attrs)
+		allowed, reason := authorizeNode(a.c, node, attrs)
 		if allowed {
 			return authorizer.DecisionAllow, "", nil
 		}

@@ -1,7 +1,6 @@
 package authz
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 
@@ -10,25 +9,27 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	rbacvalidation "k8s.io/component-helpers/auth/rbac/validation"
 
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/workload"
 )
 
 // The Node authorizer, simplified. Upstream's (plugin/pkg/auth/authorizer/node) allows a kubelet
 // (user system:node:<name> in group system:nodes) the rules of the system:node ClusterRole, and
-// narrows some of them through a graph of the pods bound to the node and what they reference. Goofy
-// keeps no such graph; what it does instead:
+// narrows some of them through a graph of the pods bound to the node and what they reference.
+// What Goofy does instead:
 //
-//   - the static rules below (upstream's NodeRules as of v1.36, DRA and the feature-gated rules
-//     of features on by default included) allow what they allow, for every object of the kind:
-//     a node may read and update any Node and any pod's status, and list pods without the
-//     spec.nodeName field selector upstream requires (neither the object checks of the Node
-//     authorizer nor those of the NodeRestriction admission plugin are made);
+//   - the static rules (upstream's NodeRules as of v1.36, with the rules of features on by
+//     default) allow what they allow, for every object of the kind: a node may read and update
+//     any Node and any pod's status, and list pods without the spec.nodeName field selector
+//     upstream requires (neither the object checks of the Node authorizer nor those of the
+//     NodeRestriction admission plugin are made);
 //   - a lease in kube-node-lease is allowed only when it is named after the node (as upstream);
-//   - what upstream decides through the graph (secrets, configmaps, persistentvolumeclaims and
-//     their status, persistentvolumes, resourceclaims, volumeattachments, serviceaccounts and
-//     their tokens) is never allowed by this authorizer: RBAC alone decides, as for any user, so
-//     a node reads kubeadm-config and kubelet-config through kubeadm's Roles and nothing else of
-//     those kinds.
+//   - secrets, configmaps, persistentvolumeclaims, persistentvolumes and serviceaccounts (get, and
+//     create of a token) are allowed one object at a time when a pod bound to the node leads to
+//     it (nodegraph.go); the status of claims, resourceclaims and volumeattachments, which
+//     upstream also follows through its graph, never are. RBAC decides what this refuses.
+
+// nodeName returns the node whose kubelet u is.
 func nodeName(u user.Info) (string, bool) {
 	name, ok := strings.CutPrefix(u.GetName(), "system:node:")
 	if !ok || name == "" || !slices.Contains(u.GetGroups(), user.NodesGroup) {
@@ -45,11 +46,11 @@ var graphResources = map[string]bool{
 
 // authorizeNode decides a node's request, and says why when it refuses one of the kinds upstream
 // would have decided through its graph.
-func authorizeNode(node string, attrs authorizer.Attributes) (bool, string) {
+func authorizeNode(c *store.Cluster, node string, attrs authorizer.Attributes) (bool, string) {
 	if attrs.IsResourceRequest() {
 		switch group, resource := attrs.GetAPIGroup(), attrs.GetResource(); {
 		case graphResources[resource] && (group == "" || group == "resource.k8s.io" || group == "storage.k8s.io"):
-			return false, fmt.Sprintf("no relationship found between node '%s' and this object", node)
+			return graphAllows(c, node, attrs) // nodegraph.go
 		case group == "coordination.k8s.io" && resource == "leases":
 			// The name is not known on create; upstream's NodeRestriction admission checks it then.
 			switch verb := attrs.GetVerb(); {

@@ -10,6 +10,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // A user without a binding is refused with kube-apiserver's message; a RoleBinding lets it list
@@ -140,4 +141,51 @@ func TestKubeadmIdentities(t *testing.T) {
 	// Every authenticated user may discover the API and check its own access.
 	_, err = c.clientset("nobody").Discovery().ServerGroups()
 	g.Expect(err).NotTo(HaveOccurred())
+}
+
+// A node reads what the pods bound to it reference, one object at a time, and nothing else of
+// those kinds (the part of upstream's Node authorizer graph Goofy follows).
+func TestNodeReadsWhatItsPodsReference(t *testing.T) {
+	g := NewWithT(t)
+	c := newCluster(t)
+	ctx := context.Background()
+	for _, obj := range []client.Object{
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mounted", Namespace: "default"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "pull", Namespace: "default"}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: "default"}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "env", Namespace: "default"}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "runner", Namespace: "default"}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default"}, Spec: corev1.PodSpec{
+			NodeName:           "worker-0",
+			ServiceAccountName: "runner",
+			ImagePullSecrets:   []corev1.LocalObjectReference{{Name: "pull"}},
+			Volumes:            []corev1.Volume{{Name: "s", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "mounted"}}}},
+			Containers: []corev1.Container{{Name: "c", Image: "busybox", EnvFrom: []corev1.EnvFromSource{
+				{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "env"}}}}}},
+		}},
+	} {
+		g.Expect(c.admin.Create(ctx, obj)).To(Succeed())
+	}
+	worker0 := c.clientset("system:node:worker-0", "system:nodes")
+	worker1 := c.clientset("system:node:worker-1", "system:nodes")
+	for _, name := range []string{"mounted", "pull"} {
+		_, err := worker0.CoreV1().Secrets("default").Get(ctx, name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred(), name)
+		_, err = worker1.CoreV1().Secrets("default").Get(ctx, name, metav1.GetOptions{})
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: %v", name, err)
+		g.Expect(err.Error()).To(HaveSuffix(": no relationship found between node 'worker-1' and this object"))
+	}
+	_, err := worker0.CoreV1().Secrets("default").Get(ctx, "other", metav1.GetOptions{})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+	_, err = worker0.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(HaveSuffix(": No Object name found"))
+	_, err = worker0.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=mounted"})
+	g.Expect(err).NotTo(HaveOccurred(), "a kubelet's single-object list")
+	_, err = worker0.CoreV1().ConfigMaps("default").Get(ctx, "env", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = worker0.CoreV1().ServiceAccounts("default").Get(ctx, "runner", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = worker1.CoreV1().ServiceAccounts("default").Get(ctx, "runner", metav1.GetOptions{})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
 }
