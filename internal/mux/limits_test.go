@@ -263,45 +263,58 @@ func TestMaxWatchesPerCluster(t *testing.T) {
 }
 
 // TestWatchWriteTimeout: a watch whose client stopped reading is ended once an event could not
-// be written for --workload-watch-write-timeout, and frees its slot.
+// be written for --workload-watch-write-timeout, and frees its slot: over HTTP/1.1 (the
+// connection's buffers fill) and over HTTP/2 with client-go (a watch nobody reads fills its
+// stream's flow-control window).
 func TestWatchWriteTimeout(t *testing.T) {
-	g := NewWithT(t)
-	l, cc := limitedCluster(t, Limits{MaxWatchesPerCluster: 1, WatchWriteTimeout: 300 * time.Millisecond})
-	admin := keyPair(t, cc.ca, cc.caKey, "kubernetes-admin", "system:masters")
-
-	// An HTTP/1.1 watch whose client reads the response header and then nothing.
-	c, err := dialListener(t, l, "", &admin)
-	g.Expect(err).NotTo(HaveOccurred())
-	defer c.Close()
-	_, err = fmt.Fprintf(c, "GET /api/v1/namespaces/default/configmaps?watch=true HTTP/1.1\r\nHost: listener\r\n\r\n")
-	g.Expect(err).NotTo(HaveOccurred())
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
-
-	cs := clientAs(t, l, cc, "kubernetes-admin", "system:masters")
-	watch := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		w, err := cs.CoreV1().RESTClient().Get().Namespace("default").Resource("configmaps").Param("watch", "true").MaxRetries(0).Watch(ctx)
-		if err == nil {
-			w.Stop()
-		}
-		return err
+	readerless := map[string]func(t *testing.T, l *WorkloadClusterListener, cc clusterCerts){
+		"HTTP/1.1": func(t *testing.T, l *WorkloadClusterListener, cc clusterCerts) {
+			g := NewWithT(t)
+			admin := keyPair(t, cc.ca, cc.caKey, "kubernetes-admin", "system:masters")
+			c, err := dialListener(t, l, "", &admin)
+			g.Expect(err).NotTo(HaveOccurred())
+			t.Cleanup(func() { _ = c.Close() })
+			_, err = fmt.Fprintf(c, "GET /api/v1/namespaces/default/configmaps?watch=true HTTP/1.1\r\nHost: listener\r\n\r\n")
+			g.Expect(err).NotTo(HaveOccurred())
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+		},
+		"HTTP/2, client-go": func(t *testing.T, l *WorkloadClusterListener, cc clusterCerts) {
+			g := NewWithT(t)
+			w, err := clientAs(t, l, cc, "kubernetes-admin", "system:masters").CoreV1().ConfigMaps("default").Watch(context.Background(), metav1.ListOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			t.Cleanup(w.Stop) // its ResultChan is never read
+		},
 	}
-	g.Expect(apierrors.IsTooManyRequests(watch())).To(BeTrue(), "the reader-less watch holds the only slot")
+	for name, open := range readerless {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			l, cc := limitedCluster(t, Limits{MaxWatchesPerCluster: 1, WatchWriteTimeout: 300 * time.Millisecond})
+			open(t, l, cc)
+			cs := clientAs(t, l, cc, "kubernetes-admin", "system:masters")
+			watch := func() error {
+				w, err := cs.CoreV1().RESTClient().Get().Namespace("default").Resource("configmaps").Param("watch", "true").MaxRetries(0).Watch(context.Background())
+				if err == nil {
+					w.Stop()
+				}
+				return err
+			}
+			g.Expect(apierrors.IsTooManyRequests(watch())).To(BeTrue(), "the reader-less watch holds the only slot")
 
-	// Events far larger than what the connection buffers, until a write blocks.
-	before := refusals(reasonWatchWriteTimeout)
-	kc, _ := l.GetClient()
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: "default"}, Data: map[string]string{"v": strings.Repeat("x", 512<<10)}}
-	g.Expect(kc.Create(context.Background(), cm)).To(Succeed())
-	g.Eventually(func() float64 {
-		cm.Data["n"] = fmt.Sprint(time.Now().UnixNano())
-		g.Expect(kc.Update(context.Background(), cm)).To(Succeed())
-		return refusals(reasonWatchWriteTimeout) - before
-	}, 30*time.Second, 20*time.Millisecond).Should(BeEquivalentTo(1))
-	g.Eventually(watch, 10*time.Second, 50*time.Millisecond).Should(Succeed(), "the slot is free again")
+			// Events far larger than what the connection buffers, until a write blocks.
+			before := refusals(reasonWatchWriteTimeout)
+			kc, _ := l.GetClient()
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: "default"}, Data: map[string]string{"v": strings.Repeat("x", 512<<10)}}
+			g.Expect(kc.Create(context.Background(), cm)).To(Succeed())
+			g.Eventually(func() float64 {
+				cm.Data["n"] = fmt.Sprint(time.Now().UnixNano())
+				g.Expect(kc.Update(context.Background(), cm)).To(Succeed())
+				return refusals(reasonWatchWriteTimeout) - before
+			}, 30*time.Second, 20*time.Millisecond).Should(BeEquivalentTo(1))
+			g.Eventually(watch, 10*time.Second, 50*time.Millisecond).Should(Succeed(), "the slot is free again")
+		})
+	}
 }
 
 // spdyConn upgrades a port-forward to pod (client-go's SPDY dialer, as kubectl's fallback).
