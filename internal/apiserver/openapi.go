@@ -17,8 +17,6 @@ import (
 	"k8s.io/kube-openapi/pkg/handler3"
 	"k8s.io/kube-openapi/pkg/spec3"
 	"k8s.io/kube-openapi/pkg/validation/spec"
-
-	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
 
 // The OpenAPI documents are the real kube-apiserver's (same version as the client libraries),
@@ -219,7 +217,7 @@ func etagOf(data []byte) string {
 func servedGVPaths() []string {
 	var out []string
 	seen := map[string]bool{}
-	for _, ri := range store.Resources() {
+	for _, ri := range servedResources() {
 		gv := ri.GVR.GroupVersion()
 		p := "api/" + gv.Version
 		if gv.Group != "" {

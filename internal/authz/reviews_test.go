@@ -41,6 +41,10 @@ func TestAuthCommandsWithKubectl(t *testing.T) {
 	g.Expect(list).NotTo(ContainSubstring("secrets"))
 	g.Expect(admin.ok("auth", "can-i", "--list")).To(MatchRegexp(`(?m)^\s*\*\.\*\s+\[\]\s+\[\]\s+\[\*\]`))
 
+	// The review kinds are described in OpenAPI, as upstream's.
+	g.Expect(carol.ok("explain", "selfsubjectaccessreviews.spec.resourceAttributes")).To(ContainSubstring("verb"))
+	g.Expect(carol.ok("explain", "selfsubjectreviews.status")).To(ContainSubstring("userInfo"))
+
 	who := carol.ok("auth", "whoami")
 	g.Expect(who).To(MatchRegexp(`Username\s+carol`))
 	g.Expect(who).To(MatchRegexp(`Groups\s+\[testers system:authenticated\]`))
