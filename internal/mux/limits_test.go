@@ -410,19 +410,32 @@ func TestMaxPortForwardStreams(t *testing.T) {
 	d := gwebsocket.Dialer{TLSClientConfig: tlsCfg, Subprotocols: []string{"v4.channel.k8s.io"}, HandshakeTimeout: 10 * time.Second}
 	u := "wss://" + l.HostPort() + "/api/v1/namespaces/kube-system/pods/etcd-0/portforward?ports=2379,2379"
 	before = refusals(reasonPortForwardStreams)
-	_, resp, err := d.Dial(u, nil)
-	g.Expect(err).To(HaveOccurred())
-	g.Expect(resp).NotTo(BeNil())
-	body, _ := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	g.Expect(resp.StatusCode).To(Equal(http.StatusBadRequest))
-	g.Expect(string(body)).To(ContainSubstring("too many ports: 2, at most 1 on one connection"))
+	g.Expect(refusedUpgrade(t, d, u)).To(ContainSubstring("too many ports: 2, at most 1 on one connection"))
 	g.Expect(refusals(reasonPortForwardStreams) - before).To(BeEquivalentTo(1))
 }
 
+// refusedUpgrade dials u expecting the upgrade refused with 400, and returns the response body.
+func refusedUpgrade(t *testing.T, d gwebsocket.Dialer, u string) string {
+	t.Helper()
+	ws, resp, err := d.Dial(u, nil)
+	if err == nil {
+		_ = ws.Close()
+		t.Fatalf("the upgrade of %s was accepted", u)
+	}
+	if resp == nil {
+		t.Fatalf("no response from %s: %v", u, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("%s: %d %s", u, resp.StatusCode, body)
+	}
+	return string(body)
+}
+
 // TestWebSocketChannelPortsFitTheProtocol: without a stream limit, the channel protocol still
-// refuses more ports than its one-byte channel numbers can tell apart (past 128, channel 2i
-// wraps onto another port's).
+// refuses more ports than its one-byte channel numbers can tell apart (past 127 ports, channel
+// 2i wraps onto another port's or the close signal; past 40 in the base64 variant).
 func TestWebSocketChannelPortsFitTheProtocol(t *testing.T) {
 	g := NewWithT(t)
 	l, cc := limitedCluster(t, Limits{})
@@ -431,11 +444,7 @@ func TestWebSocketChannelPortsFitTheProtocol(t *testing.T) {
 	ports := func(n int) string { return strings.TrimSuffix(strings.Repeat("2379,", n), ",") }
 	base := "wss://" + l.HostPort() + "/api/v1/namespaces/kube-system/pods/etcd-0/portforward?ports="
 
-	_, resp, err := d.Dial(base+ports(portforward.MaxChannelPorts+1), nil)
-	g.Expect(err).To(HaveOccurred())
-	g.Expect(resp).NotTo(BeNil())
-	_ = resp.Body.Close()
-	g.Expect(resp.StatusCode).To(Equal(http.StatusBadRequest))
+	g.Expect(refusedUpgrade(t, d, base+ports(portforward.MaxChannelPorts+1))).To(ContainSubstring("at most 127"))
 
 	ws, resp, err := d.Dial(base+ports(portforward.MaxChannelPorts), nil)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -450,4 +459,20 @@ func TestWebSocketChannelPortsFitTheProtocol(t *testing.T) {
 		seen[msg[0]] = true
 	}
 	g.Expect(seen).To(HaveKey(byte(253)))
+
+	// The base64 variant sends channel n as the character '0'+n, one byte only up to 79.
+	d.Subprotocols = []string{"v4.base64.channel.k8s.io"}
+	g.Expect(refusedUpgrade(t, d, base+ports(portforward.MaxBase64ChannelPorts+1))).To(ContainSubstring("at most 40"))
+	b64, resp, err := d.Dial(base+ports(portforward.MaxBase64ChannelPorts), nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	_ = resp.Body.Close()
+	defer b64.Close()
+	seen = map[byte]bool{}
+	_ = b64.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for len(seen) < 2*portforward.MaxBase64ChannelPorts {
+		_, msg, err := b64.ReadMessage()
+		g.Expect(err).NotTo(HaveOccurred())
+		seen[msg[0]-'0'] = true
+	}
+	g.Expect(seen).To(HaveKey(byte(79)))
 }

@@ -89,6 +89,11 @@ type Options struct {
 // stream-close signal.
 const MaxChannelPorts = 127
 
+// MaxBase64ChannelPorts is the most ports of the channel protocol's base64
+// variant: its channel numbers are sent as the character '0'+n, written as
+// UTF-8, so a number past 79 no longer fits one byte.
+const MaxBase64ChannelPorts = 40
+
 // Handler serves port-forward requests. Create it with NewHandler.
 type Handler struct {
 	opts Options

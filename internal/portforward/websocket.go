@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	gwebsocket "github.com/gorilla/websocket"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/streaming/pkg/httpstream/wsstream"
 )
@@ -26,7 +27,18 @@ func (h *Handler) serveChannels(w http.ResponseWriter, req *http.Request, ns, po
 		writeStatus(w, apierrors.NewBadRequest(err.Error()))
 		return
 	}
+	channels := make([]wsstream.ChannelType, 0, 2*len(ports))
+	for range ports {
+		channels = append(channels, wsstream.ReadWriteChannel, wsstream.WriteChannel)
+	}
+	protocols := wsstream.NewDefaultChannelProtocols(channels)
+	protocols["v4."+wsstream.ChannelWebSocketProtocol] = wsstream.ChannelProtocolConfig{Binary: true, Channels: channels}
+	protocols["v4."+wsstream.Base64ChannelWebSocketProtocol] = wsstream.ChannelProtocolConfig{Binary: false, Channels: channels}
+	// The channel numbers are one byte: the ports must fit them.
 	limit := MaxChannelPorts
+	if base64Negotiated(req, protocols) {
+		limit = MaxBase64ChannelPorts
+	}
 	if max := h.opts.MaxStreams; max > 0 && max < limit {
 		limit = max
 	}
@@ -36,13 +48,6 @@ func (h *Handler) serveChannels(w http.ResponseWriter, req *http.Request, ns, po
 		writeStatus(w, apierrors.NewBadRequest(fmt.Sprintf("too many ports: %d, at most %d on one connection", len(ports), limit)))
 		return
 	}
-	channels := make([]wsstream.ChannelType, 0, 2*len(ports))
-	for range ports {
-		channels = append(channels, wsstream.ReadWriteChannel, wsstream.WriteChannel)
-	}
-	protocols := wsstream.NewDefaultChannelProtocols(channels)
-	protocols["v4."+wsstream.ChannelWebSocketProtocol] = wsstream.ChannelProtocolConfig{Binary: true, Channels: channels}
-	protocols["v4."+wsstream.Base64ChannelWebSocketProtocol] = wsstream.ChannelProtocolConfig{Binary: false, Channels: channels}
 
 	conn := wsstream.NewConn(protocols)
 	conn.SetIdleTimeout(h.opts.IdleTimeout)
@@ -83,6 +88,21 @@ func (h *Handler) serveChannels(w http.ResponseWriter, req *http.Request, ns, po
 	// Closing the WebSocket closes every channel, which ends the forwarders.
 	_ = conn.Close()
 	<-done
+}
+
+// base64Negotiated reports whether the handshake will choose a base64 variant: the first of the
+// client's subprotocols the server offers, as wsstream's handshake chooses.
+func base64Negotiated(req *http.Request, protocols map[string]wsstream.ChannelProtocolConfig) bool {
+	offered := gwebsocket.Subprotocols(req)
+	if len(offered) == 0 {
+		offered = []string{""}
+	}
+	for _, p := range offered {
+		if cfg, ok := protocols[p]; ok {
+			return !cfg.Binary
+		}
+	}
+	return false
 }
 
 // forwardChannel connects one port. The channels cannot be half-closed, so the
