@@ -31,7 +31,8 @@ type conn struct {
 	// Set by tlsConfigFor during the handshake, read only by requests, which the server reads
 	// after the handshake.
 	decided    bool
-	etcdMember string // the member's pod name, "" for the API server
+	config     *tls.Config // what the handshake was given
+	etcdMember string      // the member's pod name, "" for the API server
 	// caGen is the generation of the CA (the cluster CA, or the etcd CA for a member) the
 	// handshake verified the client certificate with. A request after a rotation verifies the
 	// certificate again, against the CA of the moment (see currentChains).

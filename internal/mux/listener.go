@@ -384,9 +384,19 @@ var workloadCurves = []tls.CurveID{tls.X25519, tls.CurveP256}
 // TLSOptions.
 func (l *WorkloadClusterListener) tlsConfigFor(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 	c, _ := hello.Conn.(*conn)
-	if c == nil || c.decided {
+	if c == nil {
 		return nil, errors.New("connection without a listener's decision")
 	}
+	if c.config != nil {
+		return c.config, nil // decided once, for the connection's lifetime
+	}
+	cfg, err := l.decide(c, hello)
+	c.config = cfg
+	return cfg, err
+}
+
+// decide makes tlsConfigFor's decision for c.
+func (l *WorkloadClusterListener) decide(c *conn, hello *tls.ClientHelloInfo) (*tls.Config, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	member := ""
