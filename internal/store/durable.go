@@ -50,6 +50,7 @@ func decodeStored(gr schema.GroupResource, value []byte) (schema.GroupResource, 
 		return gr, nil, err
 	}
 	if b.storedAs == nil {
+		internObject(obj)
 		return gr, obj, nil
 	}
 	stored, err := b.fromView(obj)

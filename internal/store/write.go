@@ -115,6 +115,7 @@ func (b *servedResource) beforeCreate(namespace string, obj client.Object) (gene
 		return false, err
 	}
 	truncateManagedTimes(obj)
+	internObject(obj)
 	return generated, nil
 }
 
@@ -312,6 +313,7 @@ func (b *servedResource) prepareUpdate(cur, next client.Object, sub string, mana
 	}
 	truncateManagedTimes(next)
 	next.SetResourceVersion(cur.GetResourceVersion())
+	internObject(next)
 	// No-op updates write nothing and send no event, like the real API server.
 	return next, !equality.Semantic.DeepEqual(next, cur), nil
 }
