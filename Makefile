@@ -64,12 +64,13 @@ lint: $(STATICCHECK) vet ## Run go vet and staticcheck.
 	$(STATICCHECK) ./...
 
 .PHONY: verify
-verify: generate manifests ## Regenerate and fail if generated files or formatting are stale.
+verify: generate manifests ## Regenerate and fail if generated files, formatting or any go.mod (root, test/helm, test/capi-e2e) are stale.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	@git diff --exit-code -- api config || { echo "generated files are stale: run 'make generate manifests' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- api config)" || { echo "untracked generated files:"; git status --porcelain -- api config; exit 1; }
 	@hack/verify-version.sh
 	@hack/verify-templates.sh
+	@for m in . test/helm test/capi-e2e; do go -C $$m mod tidy -diff >/dev/null || { echo "$$m: go.mod or go.sum is not tidy: run 'go -C $$m mod tidy' and commit"; exit 1; }; done
 
 ##@ Build
 
