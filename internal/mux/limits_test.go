@@ -175,18 +175,19 @@ func TestRequestTimeout(t *testing.T) {
 	g.Expect(apierrors.IsTimeout(err)).To(BeTrue(), "got %v", err)
 	g.Expect(refusals(reasonRequestTimeout) - before).To(BeEquivalentTo(1))
 
-	// A handler that ignores its context: the filter answers.
+	// A write whose handler ignores its context (a stalled disk): the filter answers.
 	g.Expect(l.SetFaults(context.Background(), nil)).To(Succeed())
 	release := make(chan struct{})
 	hook := func(r *http.Request) {
-		if strings.Contains(r.URL.Path, "/configmaps") && r.URL.Query().Get("watch") == "" {
+		if strings.Contains(r.URL.Path, "/configmaps") && r.Method == http.MethodPost {
 			<-release
 		}
 	}
 	testHookServing.Store(&hook)
 	t.Cleanup(func() { testHookServing.Store(nil); close(release) })
 	before = refusals(reasonRequestTimeout)
-	err = getConfigMaps(admin)
+	_, err = admin.CoreV1().ConfigMaps("default").Create(context.Background(),
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "stalled"}}, metav1.CreateOptions{})
 	g.Expect(apierrors.IsTimeout(err)).To(BeTrue(), "got %v", err)
 	g.Expect(refusals(reasonRequestTimeout) - before).To(BeEquivalentTo(1))
 
