@@ -275,8 +275,17 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 	var shardProcs []string
 	for i := 1; i < len(shardRanges); i++ {
 		name := "goofy-" + shardName(i)
+		args := []string{"--watch-filter=" + shardName(i)}
+		if profilerAddr != "" {
+			// The shard inherits shard 0's flags: its profiler needs an address of its own.
+			addr, err := freeAddr()
+			if err != nil {
+				return err
+			}
+			args = append(args, "--profiler-address="+addr)
+		}
 		if _, err := plane.StartGoofyManager(ctx, harness.GoofyManagerSpec{
-			Name: name, ListenerPortRange: shardRanges[i], Args: []string{"--watch-filter=" + shardName(i)},
+			Name: name, ListenerPortRange: shardRanges[i], Args: args,
 		}); err != nil {
 			return err
 		}
