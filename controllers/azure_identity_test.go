@@ -52,6 +52,7 @@ func TestAzureIdentityGatesClouds(t *testing.T) {
 	}
 	denied := func(f *fixture, reason, message string) {
 		t.Helper()
+		h.reconcileCluster(t, f.gc) // stores the finalizer
 		h.reconcileCluster(t, f.gc)
 		get(t, f.gc)
 		g.Expect(f.gc.Status.Conditions).To(haveCondition(infrav1.ReadyCondition, metav1.ConditionFalse, reason), f.gc.Name)

@@ -18,10 +18,10 @@ import (
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
 )
 
-// TestReconcilesPerProvisionedMachine: with zero phase delays a machine is Ready after one
-// reconcile (Paused condition, finalizer and all phases in one pass) that writes twice (status,
-// then finalizer + provider ID), and a Ready machine asks for no further requeue and writes
-// nothing: no hot loop.
+// TestReconcilesPerProvisionedMachine: with zero phase delays a machine is Ready after two
+// reconciles that write once each: the finalizer with the provider ID (that reconcile ends there,
+// as CAPI's do after adding a finalizer), then the status with every phase done; and a Ready
+// machine asks for no further requeue and writes nothing: no hot loop.
 func TestReconcilesPerProvisionedMachine(t *testing.T) {
 	requireEnv(t)
 	h := newHarness(t)
@@ -37,8 +37,8 @@ func TestReconcilesPerProvisionedMachine(t *testing.T) {
 		var n int
 		writes := h.writesDuring(func() { n = h.reconcileUntilReady(t, gm) })
 		t.Logf("%s: Ready after %d reconciles, %d writes", name, n, writes)
-		if n != 1 || writes != 2 {
-			t.Errorf("%s: Ready after %d reconciles and %d writes, want 1 and 2", name, n, writes)
+		if n != 2 || writes != 2 {
+			t.Errorf("%s: Ready after %d reconciles and %d writes, want 2 and 2", name, n, writes)
 		}
 		var res ctrl.Result
 		if writes := h.writesDuring(func() { res = h.reconcileMachine(t, gm) }); res != (ctrl.Result{}) || writes != 0 {
