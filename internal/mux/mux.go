@@ -105,10 +105,14 @@ type WorkloadClustersMux struct {
 
 	mu        sync.Mutex
 	listeners map[string]*WorkloadClusterListener
-	ports     map[int]string       // port -> cluster key
+	ports     map[int]string       // port -> cluster key, of listeners and of reservations
 	owners    map[string]types.UID // cluster key -> UID of the object holding it (see ClaimWorkloadClusterListener)
-	nextPort  int
-	closed    bool
+	// reservations are the ports taken for a claim to come (ReserveWorkloadClusterPort), by
+	// cluster key: a key has a reservation or a listener, never both.
+	reservations map[string]portReservation
+	now          func() time.Time // the clock reservations expire by
+	nextPort     int
+	closed       bool
 }
 
 // NewWorkloadClustersMux returns a mux whose listeners advertise host and keep their objects in
@@ -123,6 +127,9 @@ func NewWorkloadClustersMux(manager *store.Manager, host string, opts ...Option)
 		log:       logr.Discard(),
 		listeners: map[string]*WorkloadClusterListener{},
 		ports:     map[int]string{},
+
+		reservations: map[string]portReservation{},
+		now:          time.Now,
 	}
 	for _, o := range opts {
 		o(m)
@@ -154,11 +161,12 @@ func (m *WorkloadClustersMux) Host() string { return m.host }
 // the default namespaces). It does not serve until the first AddAPIServer. Calling it again for the
 // same cluster returns the existing listener.
 func (m *WorkloadClustersMux) InitWorkloadClusterListener(wclName string) (*WorkloadClusterListener, error) {
-	return m.initListener(wclName, 0)
+	return m.initListener(wclName, 0, "")
 }
 
-// initListener reserves port (or any free port when 0) for wclName.
-func (m *WorkloadClustersMux) initListener(wclName string, port int) (*WorkloadClusterListener, error) {
+// initListener reserves port (or any free port when 0) for wclName. The port reserved for
+// wclName by owner (ReserveWorkloadClusterPort) is free for that claim alone.
+func (m *WorkloadClustersMux) initListener(wclName string, port int, owner types.UID) (*WorkloadClusterListener, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
@@ -170,20 +178,37 @@ func (m *WorkloadClustersMux) initListener(wclName string, port int) (*WorkloadC
 		}
 		return l, nil
 	}
+	m.expireReservationsLocked()
+	res, reserved := m.reservations[wclName]
+	mine := reserved && owner != "" && res.owner == owner && (port == 0 || port == res.port)
+	if mine {
+		port = res.port
+		delete(m.ports, port) // for this claim alone: the mutex is held until it ends
+	}
 	var err error
 	if port == 0 {
 		port, err = m.allocatePortLocked()
 	} else {
 		err = m.reservePortLocked(port)
 	}
+	var cluster *store.Cluster
+	if err == nil {
+		var ok bool
+		if cluster, ok = m.manager.GetCluster(wclName); !ok {
+			if cluster, err = m.manager.AddCluster(wclName, m.clusterOpts); err != nil {
+				err = fmt.Errorf("creating the store of workload cluster %s: %w", wclName, err)
+			}
+		}
+	}
 	if err != nil {
+		if mine {
+			m.ports[res.port] = wclName // the reservation waits on, until it expires
+		}
 		return nil, err
 	}
-	cluster, ok := m.manager.GetCluster(wclName)
-	if !ok {
-		if cluster, err = m.manager.AddCluster(wclName, m.clusterOpts); err != nil {
-			return nil, fmt.Errorf("creating the store of workload cluster %s: %w", wclName, err)
-		}
+	if reserved {
+		// With a listener, the workload cluster's reservation (whoever took it) has no use left.
+		m.dropReservationLocked(wclName)
 	}
 	l := newListener(m, wclName, port, cluster)
 	m.listeners[wclName] = l
@@ -304,6 +329,7 @@ func (m *WorkloadClustersMux) DeleteWorkloadClusterListener(wclName string) erro
 		delete(m.ports, l.port)
 	}
 	delete(m.owners, wclName)
+	m.dropReservationLocked(wclName)
 	m.mu.Unlock()
 	if ok {
 		l.lifecycle.Lock()
@@ -444,7 +470,7 @@ func (m *WorkloadClustersMux) Shutdown(ctx context.Context) error {
 // InitWorkloadClusterListenerOnPort is InitWorkloadClusterListener on a given port: the port a
 // cluster's endpoint already records. An existing listener on another port is an error.
 func (m *WorkloadClustersMux) InitWorkloadClusterListenerOnPort(wclName string, port int) (*WorkloadClusterListener, error) {
-	return m.initListener(wclName, port)
+	return m.initListener(wclName, port, "")
 }
 
 // Ownership: which object holds a workload cluster. A workload cluster is keyed by
@@ -472,7 +498,7 @@ func (m *WorkloadClustersMux) ClaimWorkloadClusterListener(wclName string, port 
 	}
 	m.owners[wclName] = owner
 	m.mu.Unlock()
-	l, err := m.initListener(wclName, port)
+	l, err := m.initListener(wclName, port, owner)
 	if err != nil && !held {
 		m.mu.Lock()
 		if _, listening := m.listeners[wclName]; !listening && m.owners[wclName] == owner {
@@ -487,7 +513,7 @@ func (m *WorkloadClustersMux) ClaimWorkloadClusterListener(wclName string, port 
 // built in a test rather than read from the API server).
 func (m *WorkloadClustersMux) restoreListener(wclName string, port int, owner types.UID) (*WorkloadClusterListener, error) {
 	if owner == "" {
-		return m.initListener(wclName, port)
+		return m.initListener(wclName, port, "")
 	}
 	return m.ClaimWorkloadClusterListener(wclName, port, owner)
 }
@@ -513,15 +539,108 @@ func (m *WorkloadClustersMux) TransferWorkloadClusterListener(wclName string, fr
 }
 
 // ReleaseWorkloadClusterListener is DeleteWorkloadClusterListener for the object with UID owner:
-// it releases nothing, and reports false, while a listener exists that owner does not hold. With
-// no listener, the cluster's state (if any) is dropped.
+// it releases nothing, and reports false, while a listener exists that owner does not hold, or
+// another UID's reservation waits for its claim. With no listener, the cluster's state (if any)
+// and owner's reservation are dropped.
 func (m *WorkloadClustersMux) ReleaseWorkloadClusterListener(wclName string, owner types.UID) (bool, error) {
 	m.mu.Lock()
+	m.expireReservationsLocked()
 	cur, held := m.owners[wclName]
 	_, listening := m.listeners[wclName]
+	res, reserved := m.reservations[wclName]
 	m.mu.Unlock()
-	if held && cur != owner || !held && listening {
+	if held && cur != owner || !held && listening || !held && reserved && res.owner != owner {
 		return false, nil
 	}
 	return true, m.DeleteWorkloadClusterListener(wclName)
+}
+
+// Port reservations: a port taken for a workload cluster's claim to come, in memory only (no
+// listener, no store, no state on disk), so that the object can record its endpoint in the same
+// write as its finalizer, before anything that deletion must free exists.
+
+// PortReservationTTL is how long a reservation waits for its claim: one never claimed (its
+// object's reconcile did not come back) must not keep its port from the range for good.
+const PortReservationTTL = time.Minute
+
+type portReservation struct {
+	port    int
+	owner   types.UID
+	expires time.Time
+}
+
+// ReserveWorkloadClusterPort takes a free port of the range for the workload cluster, for the
+// object with UID owner, in memory only. ClaimWorkloadClusterListener for that port (or port 0)
+// by owner turns it into the listener; no other claim nor allocation gets the port meanwhile.
+// CancelWorkloadClusterPort frees it, and so does PortReservationTTL passing without a claim.
+// Reserving again for the same owner returns the same port and renews the reservation. It fails
+// when the workload cluster has a listener already, or another UID holds it or reserved it.
+func (m *WorkloadClustersMux) ReserveWorkloadClusterPort(wclName string, owner types.UID) (int, error) {
+	if owner == "" {
+		return 0, errors.New("mux: reserving a port needs the owner's UID")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return 0, errors.New("mux is shut down")
+	}
+	m.expireReservationsLocked()
+	if res, ok := m.reservations[wclName]; ok {
+		if res.owner != owner {
+			return 0, fmt.Errorf("%w: %s is reserved by UID %s", ErrHeldByAnother, wclName, res.owner)
+		}
+		res.expires = m.now().Add(PortReservationTTL)
+		m.reservations[wclName] = res
+		return res.port, nil
+	}
+	if l, ok := m.listeners[wclName]; ok {
+		return 0, fmt.Errorf("workload cluster %s already listens on port %d", wclName, l.port)
+	}
+	if cur, held := m.owners[wclName]; held && cur != owner {
+		return 0, fmt.Errorf("%w: %s is held by UID %s", ErrHeldByAnother, wclName, cur)
+	}
+	port, err := m.allocatePortLocked()
+	if err != nil {
+		return 0, err
+	}
+	m.ports[port] = wclName
+	m.reservations[wclName] = portReservation{port: port, owner: owner, expires: m.now().Add(PortReservationTTL)}
+	m.log.V(2).Info("Reserved a port for the workload cluster's claim", "cluster", wclName, "port", port)
+	return port, nil
+}
+
+// CancelWorkloadClusterPort frees the port owner reserved for the workload cluster, if it is not
+// claimed yet.
+func (m *WorkloadClustersMux) CancelWorkloadClusterPort(wclName string, owner types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if res, ok := m.reservations[wclName]; ok && res.owner == owner {
+		m.dropReservationLocked(wclName)
+	}
+}
+
+// dropReservationLocked frees the workload cluster's reservation, if any.
+func (m *WorkloadClustersMux) dropReservationLocked(wclName string) {
+	res, ok := m.reservations[wclName]
+	if !ok {
+		return
+	}
+	delete(m.reservations, wclName)
+	if m.ports[res.port] == wclName {
+		if l, listening := m.listeners[wclName]; !listening || l.port != res.port {
+			delete(m.ports, res.port)
+		}
+	}
+}
+
+// expireReservationsLocked frees the reservations PortReservationTTL left unclaimed; it runs
+// before a port is handed out, the only use of a free port.
+func (m *WorkloadClustersMux) expireReservationsLocked() {
+	now := m.now()
+	for key, res := range m.reservations {
+		if !now.Before(res.expires) {
+			m.log.V(2).Info("Port reservation expired unclaimed", "cluster", key, "port", res.port)
+			m.dropReservationLocked(key)
+		}
+	}
 }
