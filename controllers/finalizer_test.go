@@ -3,6 +3,8 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -16,6 +18,7 @@ import (
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
 
 // statusConflictClient is an uncached client whose every status patch fails with a conflict, as
@@ -34,27 +37,103 @@ func statusConflictClient(t testing.TB) client.Client {
 	})
 }
 
+// objectPatchFailingClient is an uncached client whose every object patch fails with err; the
+// bodies of those patches go to *bodies.
+func objectPatchFailingClient(t testing.TB, err error, bodies *[]string) client.Client {
+	t.Helper()
+	w, werr := client.NewWithWatch(cfg, client.Options{Scheme: testScheme})
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	return interceptor.NewClient(w, interceptor.Funcs{
+		Patch: func(_ context.Context, _ client.WithWatch, obj client.Object, patch client.Patch, _ ...client.PatchOption) error {
+			data, derr := patch.Data(obj)
+			if derr != nil {
+				return derr
+			}
+			*bodies = append(*bodies, string(data))
+			return err
+		},
+	})
+}
+
 // TestFinalizerStoredBeforeProvisioning: the finalizer is stored before a machine provisions
-// anything in its workload cluster and before a GoofyCluster reserves its listener, so a status
-// patch that fails afterwards (or a kill) never leaves provisioned objects without one; and the
-// finalizer then releases them on deletion.
+// anything in its workload cluster and before a GoofyCluster's listener and store exist, so a
+// status patch that fails afterwards (or a kill) never leaves provisioned objects without one;
+// and the finalizer then releases them on deletion. A GoofyCluster's endpoint travels with its
+// finalizer, on a port reserved in memory that a failed patch or a deletion frees again.
 func TestFinalizerStoredBeforeProvisioning(t *testing.T) {
 	requireEnv(t)
 	g := NewWithT(t)
 	ctx := context.Background()
 	h := newHarness(t)
 	failing := statusConflictClient(t)
+	ns := newNamespace(t)
 
-	// A GoofyCluster whose status patch fails: the listener is reserved, the finalizer is stored.
-	f := newFixture(t, newNamespace(t), "fin", nil)
+	// A GoofyCluster whose object patch (the finalizer with the endpoint) fails: no listener, no
+	// store, and the port reserved for it is free again, over a mux of one port.
+	stores := store.NewManager()
+	port := testPortMax - 2
+	one, err := mux.NewWorkloadClustersMux(stores, "127.0.0.1", mux.WithPortRange(port, port))
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = one.Shutdown(context.Background()) })
+	portFree := func(why string) {
+		t.Helper()
+		l, err := one.InitWorkloadClusterListener("other/next")
+		g.Expect(err).NotTo(HaveOccurred(), why)
+		g.Expect(l.Port()).To(Equal(port), why)
+		g.Expect(one.DeleteWorkloadClusterListener("other/next")).To(Succeed())
+	}
+	for i, injected := range []error{
+		apierrors.NewConflict(schema.GroupResource{Group: infrav1.GroupVersion.Group, Resource: "goofyclusters"}, "x", errors.New("injected")),
+		apierrors.NewInternalError(errors.New("injected")),
+	} {
+		f := newFixture(t, ns, fmt.Sprintf("nofin-%d", i), nil)
+		var bodies []string
+		r := &GoofyClusterReconciler{Client: objectPatchFailingClient(t, injected, &bodies), Mux: one}
+		_, _ = r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(f.gc)})
+		g.Expect(bodies).NotTo(BeEmpty(), injected.Error())
+		g.Expect(bodies[0]).To(And(ContainSubstring(infrav1.ClusterFinalizer), ContainSubstring(`"controlPlaneEndpoint":{"host":"127.0.0.1","port":`+strconv.Itoa(port)+`}`)),
+			"one object patch with the finalizer and the endpoint")
+		for _, b := range bodies[1:] {
+			g.Expect(b).NotTo(ContainSubstring("controlPlaneEndpoint"), "the deferred patch writes no endpoint whose port is free")
+		}
+		key := mux.ClusterKey(ns, f.gc.Name)
+		_, listening := one.Listener(key)
+		g.Expect(listening).To(BeFalse(), injected.Error())
+		_, hasStore := stores.GetCluster(key)
+		g.Expect(hasStore).To(BeFalse(), injected.Error())
+		portFree(injected.Error())
+		get(t, f.gc)
+		g.Expect(f.gc.Finalizers).To(BeEmpty())
+		g.Expect(f.gc.Spec.ControlPlaneEndpoint.IsZero()).To(BeTrue())
+	}
+
+	// The patch stored, the reservation holds the port until the claim; deleting the GoofyCluster
+	// before that claim frees it.
+	f := newFixture(t, ns, "resv", nil)
+	r := &GoofyClusterReconciler{Client: k8sClient, Mux: one}
+	_, err = r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(f.gc)})
+	g.Expect(err).NotTo(HaveOccurred())
+	get(t, f.gc)
+	g.Expect(f.gc.Spec.ControlPlaneEndpoint.Port).To(BeEquivalentTo(port))
+	_, err = one.InitWorkloadClusterListener("other/next")
+	g.Expect(err).To(MatchError(mux.ErrPortRangeExhausted), "the stored endpoint's port stays reserved")
+	g.Expect(k8sClient.Delete(ctx, f.gc)).To(Succeed())
+	_, err = r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(f.gc)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(f.gc), &infrav1.GoofyCluster{}))).To(BeTrue())
+	portFree("deleted before its claim")
+
+	// A GoofyCluster whose status patch fails: the listener exists, the finalizer is stored.
+	f = newFixture(t, ns, "fin", nil)
 	clusterR := &GoofyClusterReconciler{Client: failing, Mux: h.mux}
-	var err error
-	for range 2 { // the finalizer's reconcile, then the listener's
+	for range 2 { // the finalizer's (and endpoint's) reconcile, then the listener's
 		_, err = clusterR.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(f.gc)})
 		g.Expect(err).NotTo(HaveOccurred()) // a conflict is a short requeue
 	}
-	_, reserved := h.mux.Listener(mux.ClusterKey(f.ns, "fin"))
-	g.Expect(reserved).To(BeTrue())
+	_, listening := h.mux.Listener(mux.ClusterKey(f.ns, "fin"))
+	g.Expect(listening).To(BeTrue())
 	get(t, f.gc)
 	g.Expect(f.gc.Finalizers).To(ContainElement(infrav1.ClusterFinalizer))
 	h.provisionCluster(t, f)

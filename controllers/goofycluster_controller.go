@@ -211,9 +211,9 @@ func (r *GoofyClusterReconciler) releaseIfHeld(ctx context.Context, gc *infrav1.
 
 func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Cluster, gc *infrav1.GoofyCluster, patcher *objectPatcher) (ctrl.Result, error) {
 	key := mux.ClusterKey(gc.Namespace, cluster.Name)
-	// The listener reserves a port and a store: deletion has to free them, so the finalizer is
-	// stored before.
-	if err := patcher.persistFinalizer(ctx, gc, infrav1.ClusterFinalizer); err != nil {
+	// The listener creates a store (and its state on disk): deletion has to free them, so the
+	// finalizer is stored before, with the endpoint.
+	if err := r.persistFinalizerAndEndpoint(ctx, gc, key, patcher); err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -288,6 +288,41 @@ func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *c
 	setTrue(gc, infrav1.LoadBalancerReadyCondition, infrav1.ReadyReason, "")
 	setTrue(gc, infrav1.ReadyCondition, infrav1.ReadyReason, "")
 	return sooner(ctrl.Result{}, requeue), nil
+}
+
+// persistFinalizerAndEndpoint stores gc's finalizer, before its listener exists. A GoofyCluster
+// with no endpoint yet gets it in the same object patch, on a port the mux reserves in memory
+// only (no listener, no store, no state on disk): the next reconcile, which that write's watch
+// event starts, claims the listener on the recorded port and writes the status. That makes two
+// writes per GoofyCluster, as before the finalizer went first (issue 14), instead of a third for
+// the finalizer alone. If the patch fails, nothing records the port: the reservation is
+// cancelled, so nothing is left that deletion would have to free (a reconcile that never comes
+// back leaves a reservation that expires, mux.PortReservationTTL; a restart drops it, and
+// HotRestart claims a recorded port as any other).
+func (r *GoofyClusterReconciler) persistFinalizerAndEndpoint(ctx context.Context, gc *infrav1.GoofyCluster, key string, patcher *objectPatcher) error {
+	endpoint := gc.Spec.ControlPlaneEndpoint
+	reserved := false
+	if !controllerutil.ContainsFinalizer(gc, infrav1.ClusterFinalizer) && endpoint.IsZero() {
+		port, err := r.Mux.ReserveWorkloadClusterPort(key, gc.UID)
+		if err == nil {
+			gc.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: r.Mux.Host(), Port: int32(port)}
+			reserved = true
+		} else {
+			// The finalizer goes alone; the claim after it meets the cause (a full port range, a
+			// workload cluster another GoofyCluster holds) and reports it in the conditions.
+			ctrl.LoggerFrom(ctx).V(4).Info("No port reserved, storing the finalizer alone", "cluster", key, "reason", err.Error())
+		}
+	}
+	err := patcher.persistFinalizer(ctx, gc, infrav1.ClusterFinalizer)
+	if reserved && !errors.Is(err, errFinalizerStored) {
+		// Not stored (a conflict, the object gone, ...). The deferred patch must not write the
+		// endpoint either: the port is free again. (A stale read of an object whose endpoint an
+		// earlier reconcile stored cancels that reservation too; the claim then takes the recorded
+		// port as after a restart, and the allocator reuses a freed port last.)
+		r.Mux.CancelWorkloadClusterPort(key, gc.UID)
+		gc.Spec.ControlPlaneEndpoint = endpoint
+	}
+	return err
 }
 
 // repairKubeconfig rewrites the server URL of the <cluster>-kubeconfig secret to the listener.

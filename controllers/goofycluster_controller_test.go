@@ -37,14 +37,26 @@ func TestClusterProvisioning(t *testing.T) {
 	h := newHarness(t)
 	f := newFixture(t, newNamespace(t), "prov", nil)
 
-	// Two reconciles, three writes: the first stores the finalizer and ends there, as CAPI's
-	// controllers do (its watch event starts the second); the second reserves the listener and
-	// writes the status (Paused=False, Ready, provisioned, failure domains), then the endpoint.
+	// Two reconciles, two writes: the first stores the finalizer with the endpoint, on a port the
+	// mux reserves in memory only, in one object patch and ends there, as CAPI's controllers do
+	// (its watch event starts the second); the second claims the listener on that port and writes
+	// the status (Paused=False, Ready, provisioned, failure domains), nothing else.
+	key := mux.ClusterKey(f.ns, "prov")
 	g.Expect(h.writesDuring(func() { g.Expect(h.reconcileCluster(t, f.gc)).To(Equal(ctrl.Result{})) })).To(BeEquivalentTo(1))
-	_, reserved := h.mux.Listener(mux.ClusterKey(f.ns, "prov"))
-	g.Expect(reserved).To(BeFalse(), "the finalizer's reconcile reserves nothing")
-	g.Expect(h.writesDuring(func() { g.Expect(h.reconcileCluster(t, f.gc)).To(Equal(ctrl.Result{})) })).To(BeEquivalentTo(2))
+	_, listening := h.mux.Listener(key)
+	g.Expect(listening).To(BeFalse(), "the finalizer's reconcile starts no listener")
+	_, hasStore := h.stores.GetCluster(key)
+	g.Expect(hasStore).To(BeFalse(), "the finalizer's reconcile creates no store")
 	get(t, f.gc)
+	g.Expect(f.gc.Finalizers).To(ConsistOf(infrav1.ClusterFinalizer))
+	g.Expect(f.gc.Spec.ControlPlaneEndpoint.Host).To(Equal("127.0.0.1"))
+	g.Expect(f.gc.Spec.ControlPlaneEndpoint.Port).NotTo(BeZero())
+	g.Expect(f.gc.Status.Conditions).To(BeEmpty(), "the one write was the object patch")
+	endpoint, generation := f.gc.Spec.ControlPlaneEndpoint, f.gc.Generation
+	g.Expect(h.writesDuring(func() { g.Expect(h.reconcileCluster(t, f.gc)).To(Equal(ctrl.Result{})) })).To(BeEquivalentTo(1))
+	get(t, f.gc)
+	g.Expect(f.gc.Generation).To(Equal(generation), "the one write was the status patch")
+	g.Expect(f.gc.Spec.ControlPlaneEndpoint).To(Equal(endpoint))
 	g.Expect(f.gc.Status.Conditions).To(ContainElement(And(HaveField("Type", infrav1.PausedCondition), HaveField("Status", metav1.ConditionFalse))))
 	g.Expect(f.gc.Finalizers).To(ConsistOf(infrav1.ClusterFinalizer))
 	// The conditions observe the generation that includes Goofy's own endpoint write.
@@ -52,7 +64,7 @@ func TestClusterProvisioning(t *testing.T) {
 		g.Expect(c.ObservedGeneration).To(Equal(f.gc.Generation), c.Type)
 	}
 
-	l, ok := h.mux.Listener(mux.ClusterKey(f.ns, "prov"))
+	l, ok := h.mux.Listener(key)
 	g.Expect(ok).To(BeTrue())
 	g.Expect(f.gc.Spec.ControlPlaneEndpoint).To(Equal(clusterv1.APIEndpoint{Host: "127.0.0.1", Port: int32(l.Port())}))
 	g.Expect(l.Port()).To(BeNumerically(">=", testPortMin))
@@ -87,7 +99,7 @@ func TestClusterPortRangeExhausted(t *testing.T) {
 	h.clusterR.Mux = m
 
 	f := newFixture(t, newNamespace(t), "full", nil)
-	h.reconcileCluster(t, f.gc) // stores the finalizer
+	h.reconcileCluster(t, f.gc) // stores the finalizer, alone: no port to reserve
 	_, err = h.clusterR.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(f.gc)})
 	g.Expect(err).To(MatchError(mux.ErrPortRangeExhausted))
 	get(t, f.gc)

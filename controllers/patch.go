@@ -24,7 +24,8 @@ import (
 
 // objectPatcher writes what one reconcile changed on a Goofy object in at most two requests: a
 // merge patch on /status, then one on the object (metadata and spec). Nothing is sent when
-// nothing changed. A finalizer the object lacks goes first, on its own (persistFinalizer).
+// nothing changed. A finalizer the object lacks goes first, in an object patch of that reconcile's
+// own (persistFinalizer).
 //
 // CAPI's patch helper sends conditions, status and spec as three requests, and its conditions
 // request carries the resourceVersion the reconcile started from; at fleet scale those requests
@@ -148,8 +149,9 @@ func (p *objectPatcher) Patch(ctx context.Context, obj client.Object) error {
 }
 
 // persistFinalizer adds finalizer to obj and, when the object as read lacks it, writes it at once:
-// one object patch with it and whatever else metadata and spec gained so far, before the caller
-// provisions anything that deletion has to release. In the deferred patch (status first) a
+// one object patch with it and whatever else metadata and spec gained so far (a GoofyCluster's
+// endpoint on a reserved port, a GoofyMachine's provider ID), before the caller provisions
+// anything that deletion has to release. In the deferred patch (status first) a
 // conflict or a kill after the status patch would leave something provisioned with no finalizer,
 // and a deletion would then drop the object without releasing it (CAPI's controllers add the
 // finalizer and return before they provision, for the same reason). The deferred patch then
