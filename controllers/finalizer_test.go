@@ -125,6 +125,19 @@ func TestFinalizerStoredBeforeProvisioning(t *testing.T) {
 	g.Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(f.gc), &infrav1.GoofyCluster{}))).To(BeTrue())
 	portFree("deleted before its claim")
 
+	// Likewise when its Cluster is gone first.
+	f = newFixture(t, ns, "orphan", nil)
+	_, err = r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(f.gc)})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = one.InitWorkloadClusterListener("other/next")
+	g.Expect(err).To(MatchError(mux.ErrPortRangeExhausted), "the stored endpoint's port stays reserved")
+	g.Expect(k8sClient.Delete(ctx, f.cluster)).To(Succeed())
+	g.Expect(k8sClient.Delete(ctx, f.gc)).To(Succeed())
+	_, err = r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(f.gc)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(f.gc), &infrav1.GoofyCluster{}))).To(BeTrue())
+	portFree("its Cluster deleted before its claim")
+
 	// A GoofyCluster whose status patch fails: the listener exists, the finalizer is stored.
 	f = newFixture(t, ns, "fin", nil)
 	clusterR := &GoofyClusterReconciler{Client: failing, Mux: h.mux}

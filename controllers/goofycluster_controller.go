@@ -195,6 +195,8 @@ func (e errHeld) Error() string {
 // releaseIfHeld is the deletion of a GoofyCluster that is not (or no longer) its Cluster's
 // infrastructure: it frees the workload cluster only if gc's UID holds it, and removes the finalizer.
 func (r *GoofyClusterReconciler) releaseIfHeld(ctx context.Context, gc *infrav1.GoofyCluster, key string) error {
+	// A port reserved for gc's claim (its Cluster deleted before the claim) goes too.
+	r.Mux.CancelWorkloadClusterPort(key, gc.UID)
 	if uid, held := r.Mux.OwnerOf(key); held && uid == gc.UID {
 		if _, err := r.Mux.ReleaseWorkloadClusterListener(key, gc.UID); err != nil {
 			return err
