@@ -18,9 +18,16 @@ const unauthenticated = "Unauthorized"
 // authenticate turns the verified client certificate into the request's user (CN = name,
 // O = groups; a certificate without a chain to this cluster's CA fails the handshake) and hands
 // the request to kube-apiserver's impersonation and authorization filters for cluster c
-// (internal/authz: system:masters pass untouched, everyone else by the cluster's RBAC). A request
-// without a certificate gets a 401 Status. The health endpoints are open, like kube-apiserver's,
-// so probes work without credentials.
+// (internal/authz: system:masters pass untouched, everyone else by the cluster's RBAC).
+//
+// A request without a certificate is anonymous, as kubeadm's kube-apiserver (whose
+// --anonymous-auth stays at its default, true) treats it: system:anonymous in
+// system:unauthenticated, which the default policy lets read the health endpoints and kubeadm's
+// cluster-info, and nothing else (403). A certificate that no longer chains to the cluster's CA
+// (one verified against a CA since rotated) gets a 401 instead: upstream's anonymous
+// authenticator only runs when no other authenticator failed. The health endpoints skip
+// authorization: kube-apiserver's RBAC bootstrap reconciles system:public-info-viewer back onto
+// them on every start, so no lasting policy closes them, and probes stay free.
 func authenticate(c *store.Cluster, next http.Handler) http.Handler {
 	authorized := authz.WithAuthorization(next, c)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -28,17 +35,24 @@ func authenticate(c *store.Cluster, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+		switch {
+		case r.TLS != nil && len(r.TLS.VerifiedChains) > 0:
+			leaf := r.TLS.VerifiedChains[0][0]
+			u := &user.DefaultInfo{Name: leaf.Subject.CommonName, Groups: append(slices.Clone(leaf.Subject.Organization), user.AllAuthenticated)}
+			authorized.ServeHTTP(w, r.WithContext(request.WithUser(r.Context(), u)))
+		case r.TLS != nil && len(r.TLS.PeerCertificates) == 0:
+			authorized.ServeHTTP(w, r.WithContext(request.WithUser(r.Context(), anonymous)))
+		default:
 			writeStatus(w, &metav1.Status{
 				Status: metav1.StatusFailure, Message: unauthenticated, Reason: metav1.StatusReasonUnauthorized, Code: http.StatusUnauthorized,
 			})
-			return
 		}
-		leaf := r.TLS.VerifiedChains[0][0]
-		u := &user.DefaultInfo{Name: leaf.Subject.CommonName, Groups: append(slices.Clone(leaf.Subject.Organization), user.AllAuthenticated)}
-		authorized.ServeHTTP(w, r.WithContext(request.WithUser(r.Context(), u)))
 	})
 }
+
+// anonymous is the user of a request without credentials (k8s.io/apiserver's anonymous
+// authenticator).
+var anonymous user.Info = &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}
 
 func isPublicPath(p string) bool {
 	switch p {

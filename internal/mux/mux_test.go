@@ -114,10 +114,11 @@ func TestIsolationBetweenClusters(t *testing.T) {
 	_, err = kubernetes.NewForConfigOrDie(moved).CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 	g.Expect(err).To(HaveOccurred())
 
-	// No client certificate: a 401 Status.
+	// No client certificate: anonymous, which this cluster's (empty) policy allows nothing.
 	anon := &rest.Config{Host: la.Address(), TLSClientConfig: rest.TLSClientConfig{CAData: pemCert(ccA.ca)}}
 	_, err = kubernetes.NewForConfigOrDie(anon).CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-	g.Expect(apierrors.IsUnauthorized(err)).To(BeTrue(), "got %v", err)
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(ContainSubstring(`User "system:anonymous" cannot list resource "namespaces"`))
 
 	// An expired certificate from the right CA: rejected.
 	expired := rest.CopyConfig(anon)
