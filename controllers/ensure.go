@@ -191,7 +191,8 @@ func (r *GoofyMachineReconciler) ensureAPIServer(ctx context.Context, s *machine
 			return err
 		}
 	}
-	if !r.Mux.HasAPIServer(s.key, podName) {
+	starts := !r.Mux.HasAPIServer(s.key, podName)
+	if starts {
 		ca, key, err := r.clusterCA(ctx, s, secret.ClusterCA)
 		if err != nil {
 			return err
@@ -226,7 +227,15 @@ func (r *GoofyMachineReconciler) ensureAPIServer(ctx context.Context, s *machine
 		spec.ServiceSubnet = network.Services.CIDRBlocks[0]
 	}
 	for _, obj := range workload.ClusterObjects(spec) {
-		if err := createIfAbsent(ctx, c, obj); err != nil {
+		// An API server that starts (here, or again after a restart of Goofy) brings
+		// kube-apiserver's default RBAC policy up to date, as every kube-apiserver start does;
+		// the rest is kubeadm's, created once.
+		if starts && isBootstrapPolicy(obj) {
+			err = reconcileBootstrapPolicy(ctx, c, obj)
+		} else {
+			err = createIfAbsent(ctx, c, obj)
+		}
+		if err != nil {
 			return err
 		}
 	}
