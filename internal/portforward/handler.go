@@ -36,8 +36,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientportforward "k8s.io/client-go/tools/portforward"
 	"k8s.io/streaming/pkg/httpstream"
-	"k8s.io/streaming/pkg/httpstream/spdy"
 	"k8s.io/streaming/pkg/httpstream/wsstream"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/portforward/spdyconn"
 )
 
 const (
@@ -184,7 +185,7 @@ func (h *Handler) serveSPDY(w http.ResponseWriter, req *http.Request, ns, pod st
 		return // Handshake wrote the response
 	}
 	s := h.newSession(ns, pod, protocolSPDY)
-	conn := spdy.NewResponseUpgrader().UpgradeResponse(w, req, s.newStream)
+	conn := spdyconn.Upgrade(w, req, s.newStream)
 	if conn == nil {
 		s.cancel()
 		return // the upgrader wrote the response
@@ -204,13 +205,7 @@ func (h *Handler) serveTunnel(w http.ResponseWriter, req *http.Request, ns, pod 
 		return // the upgrader wrote the response
 	}
 	s := h.newSession(ns, pod, protocolWebSocket)
-	conn, err := spdy.NewServerConnection(clientportforward.NewTunnelingConnection("server", ws), s.newStream)
-	if err != nil {
-		s.cancel()
-		_ = ws.Close()
-		return
-	}
-	h.run(s, conn)
+	h.run(s, spdyconn.NewServer(clientportforward.NewTunnelingConnection("server", ws), s.newStream))
 }
 
 // run serves the streams of one upgraded connection until it closes.
