@@ -7,6 +7,7 @@ package spdyconn
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"sync"
@@ -75,7 +76,7 @@ func NewServer(c net.Conn, newStream httpstream.NewStreamHandler) *Conn {
 func (c *Conn) serve() {
 	defer c.shutdown(false)
 	for {
-		frame, err := c.reader.ReadFrame()
+		frame, err := c.readFrame()
 		if err != nil {
 			return // EOF, a closed connection, or a malformed frame: spdystream ends there too
 		}
@@ -115,6 +116,17 @@ func (c *Conn) serve() {
 			// control in SPDY/3.1 as spdystream speaks it): ignored, as spdystream does.
 		}
 	}
+}
+
+// readFrame is the Framer's ReadFrame, with a panic on malformed input (none known)
+// turned into an error: it would end the process, not just this connection.
+func (c *Conn) readFrame() (frame spdy.Frame, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			frame, err = nil, fmt.Errorf("spdyconn: reading a frame: %v", r)
+		}
+	}()
+	return c.reader.ReadFrame()
 }
 
 // openStream accepts a SYN_STREAM: IDs are odd and increase, as the client opens them.

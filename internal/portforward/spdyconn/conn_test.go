@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -23,27 +22,12 @@ import (
 // spdystream's, whose connection ends in goroutines that may linger (see the
 // portforward package's TestMain); theirs are ignored.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		ignore := []goleak.Option{
-			goleak.IgnoreTopFunction("github.com/moby/spdystream.(*Connection).handleDataFrame"),
-			goleak.IgnoreTopFunction("github.com/moby/spdystream.(*Connection).shutdown"),
-			goleak.IgnoreAnyFunction("github.com/moby/spdystream.(*Connection).shutdown.func1"),
-			goleak.IgnoreAnyFunction("github.com/moby/spdystream.(*Connection).Serve"),
-		}
-		var err error
-		for range 50 {
-			if err = goleak.Find(ignore...); err == nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err != nil {
-			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
-			code = 1
-		}
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/moby/spdystream.(*Connection).handleDataFrame"),
+		goleak.IgnoreTopFunction("github.com/moby/spdystream.(*Connection).shutdown"),
+		goleak.IgnoreAnyFunction("github.com/moby/spdystream.(*Connection).shutdown.func1"),
+		goleak.IgnoreAnyFunction("github.com/moby/spdystream.(*Connection).Serve"),
+	)
 }
 
 // tcpPair is a connected pair of loopback TCP connections: real sockets, so a peer
@@ -119,6 +103,16 @@ func serve(t *testing.T, handler httpstream.NewStreamHandler) (httpstream.Connec
 	return client, server
 }
 
+// openStream opens a stream from the client and returns both ends of it.
+func openStream(t *testing.T, client httpstream.Connection, a *acceptor, kv ...string) (cs, ss httpstream.Stream) {
+	t.Helper()
+	cs, err := client.CreateStream(header(kv...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, a.next(t)
+}
+
 func header(kv ...string) http.Header {
 	h := http.Header{}
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -160,11 +154,7 @@ func waitClosed(t *testing.T, what string, c <-chan bool) {
 func TestStreamsCarryDataAndHalfCloseEachWay(t *testing.T) {
 	a := newAcceptor()
 	client, _ := serve(t, a.handle)
-	cs, err := client.CreateStream(header("streamtype", "data", "port", "8080"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss := a.next(t)
+	cs, ss := openStream(t, client, a, "streamtype", "data", "port", "8080")
 	if got := ss.Headers().Get("Port"); got != "8080" || ss.Identifier() != cs.Identifier() {
 		t.Fatalf("server stream %d with port %q, client stream %d", ss.Identifier(), got, cs.Identifier())
 	}
@@ -201,11 +191,7 @@ func TestStreamsCarryDataAndHalfCloseEachWay(t *testing.T) {
 func TestServerHalfCloseLeavesTheClientSending(t *testing.T) {
 	a := newAcceptor()
 	client, _ := serve(t, a.handle)
-	cs, err := client.CreateStream(header("streamtype", "error"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss := a.next(t)
+	cs, ss := openStream(t, client, a, "streamtype", "error")
 	if _, err := ss.Write([]byte("bye")); err != nil {
 		t.Fatal(err)
 	}
@@ -227,11 +213,7 @@ func TestServerHalfCloseLeavesTheClientSending(t *testing.T) {
 func TestServerResetEndsBothDirections(t *testing.T) {
 	a := newAcceptor()
 	client, _ := serve(t, a.handle)
-	cs, err := client.CreateStream(header("streamtype", "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss := a.next(t)
+	cs, ss := openStream(t, client, a, "streamtype", "data")
 	if err := ss.Reset(); err != nil {
 		t.Fatal(err)
 	}
@@ -257,11 +239,7 @@ func TestServerResetEndsBothDirections(t *testing.T) {
 func TestClientResetEndsTheServerStream(t *testing.T) {
 	a := newAcceptor()
 	client, _ := serve(t, a.handle)
-	cs, err := client.CreateStream(header("streamtype", "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss := a.next(t)
+	cs, ss := openStream(t, client, a, "streamtype", "data")
 	if err := cs.Reset(); err != nil {
 		t.Fatal(err)
 	}
@@ -289,11 +267,7 @@ func TestRejectedStreamIsResetForTheClient(t *testing.T) {
 func TestCloseResetsStreamsAndEndsTheConnection(t *testing.T) {
 	a := newAcceptor()
 	client, server := serve(t, a.handle)
-	cs, err := client.CreateStream(header("streamtype", "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss := a.next(t)
+	cs, ss := openStream(t, client, a, "streamtype", "data")
 	if err := server.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -379,11 +353,7 @@ func TestIdleTimeoutClosesTheConnection(t *testing.T) {
 func TestSlowReaderPushesBackOnTheClient(t *testing.T) {
 	a := newAcceptor()
 	client, _ := serve(t, a.handle)
-	cs, err := client.CreateStream(header("streamtype", "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ss := a.next(t)
+	cs, ss := openStream(t, client, a, "streamtype", "data")
 	const total = 64 << 20 // far beyond loopback's socket buffers
 	var mu sync.Mutex
 	var sent int

@@ -1,0 +1,5 @@
+//go:build !race
+
+package spdyconn_test
+
+const raceDetector = false
