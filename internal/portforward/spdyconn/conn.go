@@ -186,10 +186,13 @@ func (c *Conn) shutdown(notify bool) {
 		c.mu.Unlock()
 		if notify {
 			// A writer stuck on a client that stopped reading holds its stream's
-			// send lock; the deadline frees it, and bounds our own frames.
-			_ = c.netConn.SetWriteDeadline(time.Now().Add(closeWriteTimeout))
+			// send lock, and our frames would queue behind it: closing the net.Conn
+			// frees them. Not a write deadline: gorilla/websocket (the tunnel) does
+			// not allow setting one during a write.
+			giveUp := time.AfterFunc(closeWriteTimeout, func() { _ = c.netConn.Close() })
+			defer giveUp.Stop()
 		} else {
-			_ = c.netConn.Close() // the same for writers, when nothing is left to say
+			_ = c.netConn.Close() // nothing left to say: free the writers at once
 		}
 		for _, s := range streams {
 			_ = s.resetLocally(notify)

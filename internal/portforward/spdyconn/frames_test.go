@@ -216,3 +216,38 @@ func TestMangledInputNeverPanics(t *testing.T) {
 		waitClosed(t, "the connection", server.CloseChan())
 	}
 }
+
+// A client that stopped reading cannot hold Close up: a writer stuck on it is freed.
+func TestCloseDoesNotWaitForAClientThatStoppedReading(t *testing.T) {
+	a := newAcceptor()
+	c, server := rawServe(t, a.handle)
+	c.send(synStream(1, 0))
+	expectReply(t, c, 1)
+	ss := a.next(t)
+	stuck := make(chan error, 1)
+	go func() {
+		chunk := make([]byte, 32<<10)
+		for {
+			if _, err := ss.Write(chunk); err != nil {
+				stuck <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // the socket buffers fill up; nobody reads them
+	closed := make(chan struct{})
+	go func() {
+		_ = server.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for the client")
+	}
+	select {
+	case <-stuck:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stuck writer was not freed")
+	}
+}
