@@ -218,12 +218,14 @@ func (c *Conn) CloseChan() <-chan bool { return c.closed }
 // direction; zero disables it.
 func (c *Conn) SetIdleTimeout(timeout time.Duration) { c.idle.set(timeout) }
 
-// RemoveStreams forgets streams the caller is done with, so a long-lived connection
-// does not accumulate them.
+// RemoveStreams tells the connection the caller is done with streams: data the client
+// still sends on them is dropped instead of waiting for a reader, which would stop the
+// connection (spdystream's frame handler blocks for good there). They leave the
+// connection when both sides closed them or either reset them, as before.
 func (c *Conn) RemoveStreams(streams ...httpstream.Stream) {
 	for _, st := range streams {
 		if s, ok := st.(*Stream); ok && s != nil {
-			c.forget(s)
+			s.detach()
 		}
 	}
 }

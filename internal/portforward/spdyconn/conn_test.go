@@ -387,3 +387,43 @@ func TestSlowReaderPushesBackOnTheClient(t *testing.T) {
 	}
 	t.Logf("the client had sent %d MiB when the reader stalled", stalled>>20)
 }
+
+// Data for a stream the caller removed, and so no longer reads, is dropped: waiting for
+// its reader would stop the whole connection.
+func TestRemovedStreamsDoNotStallTheConnection(t *testing.T) {
+	a := newAcceptor()
+	client, server := serve(t, a.handle)
+	cs, ss := openStream(t, client, a, "streamtype", "data")
+	server.RemoveStreams(ss, nil)
+	sent := make(chan error, 1)
+	go func() {
+		chunk := make([]byte, 32<<10)
+		for range 64 { // 2 MiB, far past what a stream buffers
+			if _, err := cs.Write(chunk); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- cs.Close()
+	}()
+	select {
+	case err := <-sent:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client could not send on a removed stream")
+	}
+	// The connection still serves streams, and the removed one still sees its FIN.
+	cs2, ss2 := openStream(t, client, a, "streamtype", "data")
+	if _, err := cs2.Write([]byte("next")); err != nil {
+		t.Fatal(err)
+	}
+	_ = cs2.Close()
+	if got := readAll(t, ss2); got != "next" {
+		t.Fatalf("server read %q", got)
+	}
+	if n := len(readAll(t, ss)); n > 256<<10 {
+		t.Fatalf("the removed stream buffered %d bytes", n)
+	}
+}

@@ -43,6 +43,7 @@ type Stream struct {
 	localClosed  bool     // FIN sent (or the stream was opened unidirectional)
 	remoteClosed bool     // FIN received
 	reset        bool     // RST_STREAM sent or received, or the connection ended
+	detached     bool     // RemoveStreams: nobody reads it any more, new data is dropped
 }
 
 func newStream(c *Conn, f *spdy.SynStreamFrame) *Stream {
@@ -199,6 +200,10 @@ func (s *Stream) deliver(data []byte) {
 			s.mu.Unlock()
 			return // data after FIN or RST: dropped, as spdystream does
 		}
+		if s.detached {
+			s.mu.Unlock()
+			return // its reader is gone: waiting for it would stall every stream
+		}
 		if s.buffered < maxBufferedPerStream {
 			s.pending = append(s.pending, data)
 			s.buffered += len(data)
@@ -213,6 +218,14 @@ func (s *Stream) deliver(data []byte) {
 			return
 		}
 	}
+}
+
+// detach stops deliver from waiting for a reader, which RemoveStreams says is gone.
+func (s *Stream) detach() {
+	s.mu.Lock()
+	s.detached = true
+	s.mu.Unlock()
+	signal(s.space)
 }
 
 // remoteClose records the client's FIN.
