@@ -92,8 +92,8 @@ func (s *Stream) Read(p []byte) (int, error) {
 		select {
 		case <-s.readable:
 		case <-s.conn.closing:
-			// RemoveStreams may have taken the stream off the connection before
-			// it ended: the remote end is gone all the same.
+			// Nothing more comes from the client (shutdown resets the streams the
+			// connection still holds; this covers the others).
 			s.mu.Lock()
 			s.remoteClosed = true
 			s.mu.Unlock()
@@ -113,6 +113,9 @@ func (s *Stream) Write(p []byte) (int, error) {
 	}
 	n := 0
 	for n < len(p) {
+		if err := s.sendable(); err != nil { // a reset from the client stops a long write
+			return n, err
+		}
 		chunk := p[n:min(len(p), n+maxDataFramePayload)]
 		if err := s.conn.writer.writeFrame(&spdy.DataFrame{StreamId: spdy.StreamId(s.id), Data: chunk}); err != nil {
 			return n, err
