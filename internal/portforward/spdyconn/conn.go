@@ -5,7 +5,7 @@
 // read, and those without a header block written, with spdystream's own Framer.
 //
 // KCP opens a connection per etcd health check, so this is the manager's peak heap: an
-// open connection with one forwarded pair holds ~0.1-0.15 MB on the server side where
+// open connection with one forwarded pair holds 0.11-0.16 MB on the server side where
 // spdystream's held ~0.95 MB (BenchmarkSPDYConnectionMemory, server-heap-B/conn), and
 // it runs one goroutine where spdystream runs a dozen.
 package spdyconn
