@@ -83,8 +83,9 @@ func (ln *listenerConns) Accept() (net.Conn, error) {
 		}
 		if ln.max > 0 && ln.open.Add(1) > int64(ln.max) {
 			ln.open.Add(-1)
-			_ = nc.Close()
+			// Counted first: a client that sees the close finds it counted.
 			refused(reasonConnections)
+			_ = nc.Close()
 			continue
 		}
 		c := &conn{Conn: nc}
