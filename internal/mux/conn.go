@@ -134,7 +134,7 @@ func (l *WorkloadClusterListener) serveEtcd(c *conn, w http.ResponseWriter, r *h
 // of the moment. The handshake verified the certificate against the CA of its time; after a
 // rotation, a request on an older connection has its certificate verified again, as
 // kube-apiserver's x509 authenticator verifies every request against its current CA bundle: one
-// that no longer chains is treated as absent (401).
+// that no longer chains loses its verified chain and gets a 401 (authenticate).
 func (l *WorkloadClusterListener) currentChains(c *conn, r *http.Request) *http.Request {
 	l.mu.Lock()
 	gen, roots := l.caGen, l.caPool

@@ -379,7 +379,7 @@ var workloadCurves = []tls.CurveID{tls.X25519, tls.CurveP256}
 // connection: its serving certificate, a client certificate from the etcd CA required, and
 // only etcd behind it. A tunnel to an etcd pod whose member is gone is refused. Anything else is
 // the API server's connection: its certificate, client certificates from the cluster CA accepted
-// (none is answered with a 401 by the handler, as kube-apiserver does; one from another CA fails
+// (none makes the request anonymous, as on kubeadm's kube-apiserver; one from another CA fails
 // the handshake), and never etcd. Versions, cipher suites and key exchanges are the mux's
 // TLSOptions.
 func (l *WorkloadClusterListener) tlsConfigFor(hello *tls.ClientHelloInfo) (*tls.Config, error) {
