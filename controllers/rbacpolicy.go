@@ -43,33 +43,13 @@ func reconcileBootstrapPolicy(ctx context.Context, c client.Client, obj client.O
 	case *rbacv1.ClusterRole:
 		// An aggregated role comes with the rules the aggregation controller fills in
 		// (workload.DefaultRBAC), so one created here is complete at once.
-		var res *reconciliation.ReconcileClusterRoleResult
-		res, err = (&reconciliation.ReconcileRoleOptions{Role: reconciliation.ClusterRoleRuleOwner{ClusterRole: o},
-			Client: ruleOwners{ctx: ctx, c: c, cluster: true}, Confirm: true}).Run()
-		if res != nil {
-			op, protected = res.Operation, res.Protected
-		}
+		op, protected, err = reconcileRules(reconciliation.ClusterRoleRuleOwner{ClusterRole: o}, ruleOwners{ctx: ctx, c: c, cluster: true})
 	case *rbacv1.Role:
-		var res *reconciliation.ReconcileClusterRoleResult
-		res, err = (&reconciliation.ReconcileRoleOptions{Role: reconciliation.RoleRuleOwner{Role: o},
-			Client: ruleOwners{ctx: ctx, c: c}, Confirm: true}).Run()
-		if res != nil {
-			op, protected = res.Operation, res.Protected
-		}
+		op, protected, err = reconcileRules(reconciliation.RoleRuleOwner{Role: o}, ruleOwners{ctx: ctx, c: c})
 	case *rbacv1.ClusterRoleBinding:
-		var res *reconciliation.ReconcileClusterRoleBindingResult
-		res, err = (&reconciliation.ReconcileRoleBindingOptions{RoleBinding: reconciliation.ClusterRoleBindingAdapter{ClusterRoleBinding: o},
-			Client: bindings{ctx: ctx, c: c, cluster: true}, Confirm: true}).Run()
-		if res != nil {
-			op, protected = res.Operation, res.Protected
-		}
+		op, protected, err = reconcileSubjects(reconciliation.ClusterRoleBindingAdapter{ClusterRoleBinding: o}, bindings{ctx: ctx, c: c, cluster: true})
 	case *rbacv1.RoleBinding:
-		var res *reconciliation.ReconcileClusterRoleBindingResult
-		res, err = (&reconciliation.ReconcileRoleBindingOptions{RoleBinding: reconciliation.RoleBindingAdapter{RoleBinding: o},
-			Client: bindings{ctx: ctx, c: c}, Confirm: true}).Run()
-		if res != nil {
-			op, protected = res.Operation, res.Protected
-		}
+		op, protected, err = reconcileSubjects(reconciliation.RoleBindingAdapter{RoleBinding: o}, bindings{ctx: ctx, c: c})
 	default:
 		return createIfAbsent(ctx, c, obj)
 	}
@@ -81,6 +61,24 @@ func reconcileBootstrapPolicy(ctx context.Context, c client.Client, obj client.O
 			"object", client.ObjectKeyFromObject(obj), "operation", op)
 	}
 	return nil
+}
+
+// reconcileRules runs upstream's reconciliation of a (Cluster)Role, writing what it finds.
+func reconcileRules(expected reconciliation.RuleOwner, stored reconciliation.RuleOwnerModifier) (reconciliation.ReconcileOperation, bool, error) {
+	res, err := (&reconciliation.ReconcileRoleOptions{Role: expected, Client: stored, Confirm: true}).Run()
+	if err != nil {
+		return "", false, err
+	}
+	return res.Operation, res.Protected, nil
+}
+
+// reconcileSubjects runs upstream's reconciliation of a (Cluster)RoleBinding, writing what it finds.
+func reconcileSubjects(expected reconciliation.RoleBinding, stored reconciliation.RoleBindingModifier) (reconciliation.ReconcileOperation, bool, error) {
+	res, err := (&reconciliation.ReconcileRoleBindingOptions{RoleBinding: expected, Client: stored, Confirm: true}).Run()
+	if err != nil {
+		return "", false, err
+	}
+	return res.Operation, res.Protected, nil
 }
 
 // storedAsIs reports whether the stored object has obj's rules (or roleRef and subjects),
