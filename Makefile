@@ -34,6 +34,10 @@ VERSION_LDFLAGS = -X $(VERSION_PKG).gitVersion=$(VERSION) -X $(VERSION_PKG).gitC
 	-X $(VERSION_PKG).gitTreeState=$(GIT_TREE_STATE) -X $(VERSION_PKG).buildDate=$(BUILD_DATE) \
 	-X $(VERSION_PKG).gitMajor=$(word 1,$(subst ., ,$(VERSION:v%=%))) -X $(VERSION_PKG).gitMinor=$(word 2,$(subst ., ,$(VERSION:v%=%)))
 export GOOFY_CACHE_DIR := $(CACHE_DIR)
+# One set of compile flags for every build and test (go test, go vet, staticcheck's export data, the
+# manager, the CAPI managers in hack/capi-managers.sh), so each package is compiled once; static
+# binaries, as upstream ships them. Nothing here needs cgo.
+export CGO_ENABLED ?= 0
 
 ##@ General
 
@@ -60,7 +64,10 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: lint
-lint: $(STATICCHECK) vet ## Run go vet and staticcheck.
+lint: vet staticcheck ## Run go vet and staticcheck.
+
+.PHONY: staticcheck
+staticcheck: $(STATICCHECK) ## Run staticcheck.
 	$(STATICCHECK) ./...
 
 .PHONY: verify
@@ -93,21 +100,35 @@ run: ## Quick start: build what is missing, start a local management plane, crea
 envtest: ## Build (once, cached) kube-apiserver, kubectl, etcd and etcdctl from Go modules; prints KUBEBUILDER_ASSETS.
 	@hack/envtest.sh
 
+# The tiers of tests (docs/development.md, "Tests and the CI budget"): `make test` is the edit loop
+# (unit and envtest tests, no process plane), `make e2e` the process-plane end-to-end scenarios,
+# `make e2e-upstream` CAPI's own e2e specs; `make test-all` runs the three as .ci/run does.
+# Every tier pipes `go test -json` through hack/tools/testreport: result lines, failed tests'
+# output, the slowest tests and a closing count; the raw events stay in out/test-report/<tier>.json.
+E2E_PKGS := ./test/e2e/...
+TESTREPORT := $(TOOLS_DIR)/testreport
+
 .PHONY: test
-test: ## Run all tests, envtest included (builds the envtest binaries first if needed), and the Helm SDK test (test/helm, its own module).
+test: $(TESTREPORT) ## Unit and envtest tests of every package but the process-plane ones (builds the envtest binaries first if needed), and the Helm SDK test (test/helm, its own module).
 	@assets="$$(hack/envtest.sh)"; \
 	echo "KUBEBUILDER_ASSETS=$$assets"; \
-	rm -f out/e2e/status; \
-	KUBEBUILDER_ASSETS="$$assets" go test $(GO_TEST_FLAGS) -timeout 45m ./... && \
-	go -C test/helm test $(GO_TEST_FLAGS) -timeout 10m ./... && \
-	{ cat out/e2e/status 2>/dev/null || echo "end-to-end suite: result cached by go test (its package line above)"; }
+	mkdir -p out/test-report; \
+	KUBEBUILDER_ASSETS="$$assets" go test -json $(GO_TEST_FLAGS) -timeout 30m $$(go list ./... | grep -v '/test/e2e') \
+		| $(TESTREPORT) -name unit -json-out out/test-report/unit.json && \
+	go -C test/helm test -json $(GO_TEST_FLAGS) -timeout 10m ./... | $(TESTREPORT) -name helm -json-out out/test-report/helm.json
 
 .PHONY: e2e
-e2e: ## Run the end-to-end suite against real CAPI (builds kube-controller-manager, the CAPI managers and clusterctl first, cached).
+e2e: $(TESTREPORT) ## Process-plane end-to-end scenarios against real CAPI (test/e2e/...; builds kube-controller-manager, the CAPI managers and clusterctl first, cached; docs/e2e.md).
 	@echo "== building the plane's binaries first (cached; the first time takes 15-20 minutes on 2 cores)"
 	ENVTEST_BINARIES="kube-apiserver kubectl etcd etcdctl kube-controller-manager" hack/envtest.sh >/dev/null
 	hack/capi-managers.sh >/dev/null
-	GOOFY_E2E=1 go test -count=1 -v -timeout 60m ./test/e2e/ ./test/e2e/harness/
+	@mkdir -p out/test-report; rm -f out/e2e/status
+	GOOFY_E2E=1 go test -json -count=1 $(GO_TEST_FLAGS) -timeout 60m $(E2E_PKGS) | $(TESTREPORT) -v -name e2e -json-out out/test-report/e2e.json
+	@cat out/e2e/status 2>/dev/null || true
+
+.PHONY: test-all
+test-all: ## Every tier: make test, make e2e and make e2e-upstream with the CI subset (what .ci/run runs; the duration of each tier is printed).
+	@hack/test-all.sh
 
 # Knobs of `make e2e-upstream`: E2E_FOCUS is a Ginkgo focus regexp over the specs' descriptions
 # (e.g. E2E_FOCUS="QuickStartSpec default" or E2E_FOCUS=ClusterClassChangesSpec); E2E_SKIP skips the matching ones.
@@ -120,7 +141,7 @@ E2E_UPSTREAM_TIMEOUT ?= 120m
 
 .PHONY: e2e-upstream
 e2e-upstream: ## Run CAPI's own e2e specs (sigs.k8s.io/cluster-api/test/e2e) against Goofy on the local plane (test/capi-e2e; E2E_FOCUS, E2E_SKIP, E2E_LABELS).
-	go -C test/capi-e2e test -count=1 -v -timeout $(E2E_UPSTREAM_TIMEOUT) . -args -ginkgo.v -ginkgo.no-color \
+	GOOFY_MANAGER=$(CURDIR)/bin/goofy-capi-e2e-manager go -C test/capi-e2e test -count=1 -v -timeout $(E2E_UPSTREAM_TIMEOUT) . -args -ginkgo.v -ginkgo.no-color \
 		$(if $(E2E_FOCUS),-ginkgo.focus="$(E2E_FOCUS)") $(if $(E2E_SKIP),-ginkgo.skip="$(E2E_SKIP)") \
 		$(if $(E2E_LABELS),-ginkgo.label-filter="$(E2E_LABELS)")
 
@@ -198,6 +219,9 @@ release-manifests: $(KUSTOMIZE) ## Build a clusterctl local repository under out
 
 ##@ Tools (pinned in hack/tools/go.mod, built from Go modules into $(TOOLS_DIR))
 
+.PHONY: tools
+tools: $(CONTROLLER_GEN) $(KUSTOMIZE) $(STATICCHECK) $(TESTREPORT) ## Build every tool (cached); make test-all does it first, so that its concurrent steps never build one at once.
+
 $(CONTROLLER_GEN):
 	go -C hack/tools build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
 	ln -sf $(notdir $@) $(TOOLS_DIR)/controller-gen
@@ -205,6 +229,9 @@ $(CONTROLLER_GEN):
 $(KUSTOMIZE):
 	go -C hack/tools build -o $@ sigs.k8s.io/kustomize/kustomize/v5
 	ln -sf $(notdir $@) $(TOOLS_DIR)/kustomize
+
+$(TESTREPORT): hack/tools/testreport/main.go
+	go -C hack/tools build -o $@ ./testreport
 
 $(STATICCHECK):
 	go -C hack/tools build -o $@ honnef.co/go/tools/cmd/staticcheck

@@ -6,6 +6,7 @@
 set -euo pipefail
 
 CAPI_VERSION="${CAPI_VERSION:-v1.14.2}"
+repo_root="$(cd "$(dirname "$0")/.." && pwd)"
 
 log() { printf '[capi] %s\n' "$*" >&2; }
 
@@ -14,9 +15,34 @@ out="${cache_root}/capi/${CAPI_VERSION}"
 tools="${cache_root}/capi/tools-${CAPI_VERSION}"
 mkdir -p "${out}" "${tools}"
 
-# .tidy-done is written only after go mod tidy succeeded: an interrupted tidy is run again.
-if [[ ! -f "${tools}/.tidy-done" ]]; then
-  log "preparing tools module for sigs.k8s.io/cluster-api ${CAPI_VERSION}"
+# binary name -> main package
+declare -A pkgs=(
+  [cluster-api-manager]=sigs.k8s.io/cluster-api/core
+  [kubeadm-bootstrap-manager]=sigs.k8s.io/cluster-api/bootstrap/kubeadm
+  [kubeadm-control-plane-manager]=sigs.k8s.io/cluster-api/controlplane/kubeadm
+  [clusterctl]=sigs.k8s.io/cluster-api/cmd/clusterctl
+)
+missing=()
+for bin in cluster-api-manager kubeadm-bootstrap-manager kubeadm-control-plane-manager clusterctl; do
+  [[ -x "${out}/${bin}" ]] || missing+=("${bin}")
+done
+if (( ${#missing[@]} == 0 )); then
+  echo "${out}"
+  exit 0
+fi
+
+# Every module Goofy's own module builds with is pinned here at Goofy's version (CAPI v1.14.2 and
+# Goofy agree on Kubernetes, controller-runtime and gRPC; they differ only in patch releases of
+# golang.org/x/* and yaml). The managers then compile exactly the packages Goofy's tests and go vet
+# compile, and Go's build cache compiles each of them once. The pins are part of the tools module,
+# so a change of Goofy's go.mod prepares it again.
+pins="$(go -C "${repo_root}" list -m -f '{{if not .Main}}{{.Path}}@{{.Version}}{{end}}' all | sort)"
+pins_sum="$(printf '%s' "${pins}" | sha256sum | cut -c1-16)"
+
+# .tidy-done holds the pins' hash and is written only after go mod tidy succeeded: an interrupted
+# tidy, or one for other pins, is run again.
+if [[ "$(cat "${tools}/.tidy-done" 2>/dev/null)" != "${pins_sum}" ]]; then
+  log "preparing tools module for sigs.k8s.io/cluster-api ${CAPI_VERSION} with Goofy's module versions"
   # The CAPI module requires its api submodule at a placeholder version (it replaces it locally);
   # requiring the real one here makes the build resolvable outside CAPI's repository.
   cat > "${tools}/go.mod" <<GOMOD
@@ -43,7 +69,14 @@ import (
 	_ "sigs.k8s.io/cluster-api/core"
 )
 GO
-  (cd "${tools}" && GOFLAGS=-mod=mod go mod tidy -e >&2) && touch "${tools}/.tidy-done"
+  requires=()
+  while read -r pin; do
+    case "${pin}" in sigs.k8s.io/cluster-api@*|sigs.k8s.io/cluster-api/api@*|"") continue ;; esac
+    requires+=("-require=${pin}")
+  done <<< "${pins}"
+  (cd "${tools}" && go mod edit "${requires[@]}")
+  cp "${repo_root}/go.sum" "${tools}/go.sum"
+  (cd "${tools}" && GOFLAGS=-mod=mod go mod tidy -e >&2) && printf '%s' "${pins_sum}" > "${tools}/.tidy-done"
 fi
 
 minor="${CAPI_VERSION#v}"; minor="${minor%.*}"; minor="${minor#*.}"
@@ -52,20 +85,30 @@ ldflags="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=${CAPI_VERSION} \
  -X sigs.k8s.io/cluster-api/version.gitTreeState=clean \
  -X sigs.k8s.io/cluster-api/version.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 
-# binary name -> main package
-declare -A pkgs=(
-  [cluster-api-manager]=sigs.k8s.io/cluster-api/core
-  [kubeadm-bootstrap-manager]=sigs.k8s.io/cluster-api/bootstrap/kubeadm
-  [kubeadm-control-plane-manager]=sigs.k8s.io/cluster-api/controlplane/kubeadm
-  [clusterctl]=sigs.k8s.io/cluster-api/cmd/clusterctl
-)
-for bin in cluster-api-manager kubeadm-bootstrap-manager kubeadm-control-plane-manager clusterctl; do
-  [[ -x "${out}/${bin}" ]] && continue
-  start=$(date +%s)
-  log "building ${bin} ${CAPI_VERSION} (several minutes on 2 cores the first time)"
-  (cd "${tools}" && CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o "${out}/${bin}.tmp" "${pkgs[$bin]}")
-  mv "${out}/${bin}.tmp" "${out}/${bin}"
-  log "built ${bin} in $(( $(date +%s) - start ))s"
+# Compile flags as for `go test`, `go vet` and the manager's build (the Makefile exports
+# CGO_ENABLED=0 and so does this script unless told otherwise; no -trimpath), so compiled packages
+# are shared with them. One `go build` for all binaries whose file names differ, so compiles and
+# links overlap; KCP's main package is also named kubeadm, so it links in a second one.
+export CGO_ENABLED="${CGO_ENABLED:-0}"
+scratch="$(mktemp -d "${out}/.build.XXXXXX")"
+trap 'rm -rf "${scratch}"' EXIT
+start=$(date +%s)
+log "building ${missing[*]} ${CAPI_VERSION} (several minutes on 2 cores the first time)"
+first=(); second=()
+for bin in "${missing[@]}"; do
+  if [[ "${bin}" == kubeadm-control-plane-manager ]]; then second+=("${bin}"); else first+=("${bin}"); fi
 done
+for group in first second; do
+  declare -n names="${group}"
+  (( ${#names[@]} )) || continue
+  targets=()
+  for bin in "${names[@]}"; do targets+=("${pkgs[$bin]}"); done
+  mkdir -p "${scratch}/${group}"
+  (cd "${tools}" && go build -ldflags "${ldflags}" -o "${scratch}/${group}/" "${targets[@]}")
+  # go build names a binary after its package's last path element.
+  for bin in "${names[@]}"; do mv "${scratch}/${group}/${pkgs[$bin]##*/}" "${out}/${bin}"; done
+  unset -n names
+done
+log "built ${missing[*]} in $(( $(date +%s) - start ))s"
 
 echo "${out}"

@@ -98,31 +98,66 @@ k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} \
  -X k8s.io/client-go/pkg/version.gitVersion=${K8S_VERSION} \
  -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=${minor}"
 
+# Every missing binary of a module is built by one `go build`, so the go command schedules all their
+# compiles and links together and keeps both cores busy while a large binary links; the etcd module
+# builds beside the Kubernetes one. -trimpath and CGO_ENABLED=0 as upstream builds its release
+# binaries: these modules pin their own dependency versions, so nothing here shares compiled
+# packages with Goofy's own build.
+k8s_missing=(); etcd_missing=()
 for bin in ${BINARIES}; do
-  if [[ -x "${out}/${bin}" ]]; then
-    continue
-  fi
-  start=$(date +%s)
+  [[ -x "${out}/${bin}" ]] && continue
   case "${bin}" in
-    kube-apiserver|kubectl|kube-controller-manager)
-      prepare_k8s_module
-      log "building ${bin} ${K8S_VERSION} (kube-apiserver takes about 10 minutes on 2 cores the first time)"
-      (cd "${k8s_tools}" && CGO_ENABLED=0 go build -trimpath -ldflags "${k8s_ldflags}" -o "${out}/${bin}.tmp" "k8s.io/kubernetes/cmd/${bin}")
-      ;;
-    etcd)
-      prepare_etcd_module
-      log "building etcd ${ETCD_VERSION}"
-      (cd "${etcd_tools}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${out}/${bin}.tmp" go.etcd.io/etcd/server/v3)
-      ;;
-    etcdctl)
-      prepare_etcd_module
-      log "building etcdctl ${ETCD_VERSION}"
-      (cd "${etcd_tools}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${out}/${bin}.tmp" go.etcd.io/etcd/etcdctl/v3)
-      ;;
+    kube-apiserver|kubectl|kube-controller-manager) k8s_missing+=("${bin}") ;;
+    etcd|etcdctl) etcd_missing+=("${bin}") ;;
     *) log "unknown binary ${bin}"; exit 1 ;;
   esac
-  mv "${out}/${bin}.tmp" "${out}/${bin}"
-  log "built ${bin} in $(( $(date +%s) - start ))s"
 done
+
+# go_binary_name PACKAGE: the file name `go build -o DIR/` gives a main package (its last path element,
+# or the one before a major-version suffix such as /v3).
+go_binary_name() {
+  local p="$1" last="${1##*/}"
+  if [[ "${last}" =~ ^v[0-9]+$ ]]; then p="${p%/*}"; last="${p##*/}"; fi
+  echo "${last}"
+}
+
+# build_into MODULE_DIR LDFLAGS NAME=PACKAGE...: builds the packages into a scratch directory next to
+# ${out} and moves each binary into place under its name only once the whole build succeeded.
+build_into() {
+  local dir="$1" ldflags="$2"; shift 2
+  local scratch; scratch="$(mktemp -d "${out}/.build.XXXXXX")"
+  local pkgs=() names=() start; start=$(date +%s)
+  for pair in "$@"; do names+=("${pair%%=*}"); pkgs+=("${pair#*=}"); done
+  log "building ${names[*]} (kube-apiserver takes about 10 minutes on 2 cores the first time)"
+  if ! (cd "${dir}" && CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o "${scratch}/" "${pkgs[@]}"); then
+    rm -rf "${scratch}"; return 1
+  fi
+  for i in "${!names[@]}"; do mv "${scratch}/$(go_binary_name "${pkgs[$i]}")" "${out}/${names[$i]}"; done
+  rm -rf "${scratch}"
+  log "built ${names[*]} in $(( $(date +%s) - start ))s"
+}
+
+etcd_pid=""
+if (( ${#etcd_missing[@]} )); then
+  prepare_etcd_module
+  etcd_pairs=()
+  for bin in "${etcd_missing[@]}"; do
+    case "${bin}" in
+      etcd) etcd_pairs+=("etcd=go.etcd.io/etcd/server/v3") ;;
+      etcdctl) etcd_pairs+=("etcdctl=go.etcd.io/etcd/etcdctl/v3") ;;
+    esac
+  done
+  build_into "${etcd_tools}" "-s -w" "${etcd_pairs[@]}" &
+  etcd_pid=$!
+fi
+k8s_status=0
+if (( ${#k8s_missing[@]} )); then
+  prepare_k8s_module
+  k8s_pairs=()
+  for bin in "${k8s_missing[@]}"; do k8s_pairs+=("${bin}=k8s.io/kubernetes/cmd/${bin}"); done
+  build_into "${k8s_tools}" "${k8s_ldflags}" "${k8s_pairs[@]}" || k8s_status=$?
+fi
+if [[ -n "${etcd_pid}" ]]; then wait "${etcd_pid}" || exit 1; fi
+(( k8s_status == 0 )) || exit "${k8s_status}"
 
 echo "${out}"

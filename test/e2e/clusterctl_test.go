@@ -27,27 +27,40 @@ var (
 // clusterctlRepository builds the local repositories once per suite run.
 func clusterctlRepository(ctx context.Context, t *testing.T, g Gomega) *harness.ClusterctlRepository {
 	t.Helper()
-	repoOnce.Do(func() {
-		ccRepo, ccErr = harness.BuildClusterctlRepository(ctx, repoRoot, bins.CAPIModule, filepath.Join(runDir, "clusterctl"), logWriter{t})
-	})
-	g.Expect(ccErr).NotTo(HaveOccurred())
-	return ccRepo
+	repo, err := buildClusterctlRepository(ctx, logWriter{t})
+	g.Expect(err).NotTo(HaveOccurred())
+	return repo
 }
 
 // generateCluster runs the real `clusterctl generate cluster` against the local repository.
 func generateCluster(ctx context.Context, t *testing.T, g Gomega, name, flavor string, cp, workers string, extraEnv ...string) []byte {
 	t.Helper()
+	return generateClusterIn(ctx, t, g, ns, name, flavor, cp, workers, extraEnv...)
+}
+
+// generateClusterIn is generateCluster for another target namespace.
+func generateClusterIn(ctx context.Context, t *testing.T, g Gomega, namespace, name, flavor string, cp, workers string, extraEnv ...string) []byte {
+	t.Helper()
 	repo := clusterctlRepository(ctx, t, g)
+	out, err := repo.Clusterctl(ctx, bins.Clusterctl(), extraEnv, clusterctlGenerateArgs(namespace, name, flavor, cp, workers)...)
+	g.Expect(err).NotTo(HaveOccurred())
+	return []byte(out)
+}
+
+// clusterctlGenerateArgs are the arguments of `clusterctl generate cluster` for a cluster of the
+// namespace.
+func clusterctlGenerateArgs(namespace, name, flavor, cp, workers string) []string {
 	args := []string{"generate", "cluster", name, "--infrastructure", "goofy:" + harness.GoofyVersion,
-		"--target-namespace", ns, "--control-plane-machine-count", cp, "--worker-machine-count", workers,
+		"--target-namespace", namespace, "--control-plane-machine-count", cp, "--worker-machine-count", workers,
 		"--kubeconfig", plane.Kubeconfig}
 	if flavor != "" {
 		args = append(args, "--flavor", flavor)
 	}
-	out, err := repo.Clusterctl(ctx, bins.Clusterctl(), extraEnv, args...)
-	g.Expect(err).NotTo(HaveOccurred())
-	return []byte(out)
+	return args
 }
+
+// generateNamespace is the target namespace of TestClusterctlGenerate's output, which is never applied.
+const generateNamespace = "e2e-generate"
 
 func kindsOf(g Gomega, manifests []byte) []string {
 	var kinds []string
@@ -86,13 +99,16 @@ func TestClusterctlGenerate(t *testing.T) {
 	}
 	g.Expect(namespaces).To(Equal(1), "clusterctl requires exactly one Namespace in the components")
 
-	def := generateCluster(ctx, t, g, "gen", "", "3", "2")
+	// A namespace of its own: with --kubeconfig, clusterctl leaves out of the topology flavor a
+	// ClusterClass that the target namespace already has, and the suite's namespace has the
+	// goofy ClusterClass once the cc cluster exists.
+	def := generateClusterIn(ctx, t, g, generateNamespace, "gen", "", "3", "2")
 	g.Expect(kindsOf(g, def)).To(ConsistOf("Cluster", "GoofyCluster", "KubeadmControlPlane", "GoofyMachineTemplate",
 		"KubeadmConfigTemplate", "GoofyMachineTemplate", "MachineDeployment", "MachineHealthCheck"))
 	g.Expect(string(def)).To(ContainSubstring("replicas: 3"))
-	g.Expect(string(def)).To(ContainSubstring("namespace: " + ns))
+	g.Expect(string(def)).To(ContainSubstring("namespace: " + generateNamespace))
 
-	topo := generateCluster(ctx, t, g, "gen", "topology", "1", "1")
+	topo := generateClusterIn(ctx, t, g, generateNamespace, "gen", "topology", "1", "1")
 	g.Expect(kindsOf(g, topo)).To(ContainElements("ClusterClass", "GoofyClusterTemplate", "KubeadmControlPlaneTemplate", "Cluster"))
 }
 

@@ -37,6 +37,7 @@ var qsVars = func() map[string]string {
 }
 
 func slowFaults(t *testing.T) {
+	inOrder(t) // before the skip: the scenarios after this one wait for it to end
 	if os.Getenv("GOOFY_E2E_FAULTS_SLOW") != "1" {
 		t.Skip("slow fault scenario: set GOOFY_E2E_FAULTS_SLOW=1")
 	}

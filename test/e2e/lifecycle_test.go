@@ -45,6 +45,7 @@ const (
 // namespace's objects and the tail of every process log.
 func begin(t *testing.T, timeout time.Duration) (context.Context, Gomega) {
 	t.Helper()
+	inOrder(t)
 	startPlane()
 	if skipReason != "" {
 		t.Skip(skipReason)
@@ -63,7 +64,7 @@ func begin(t *testing.T, timeout time.Duration) (context.Context, Gomega) {
 			}
 			harness.DumpLogs(logWriter{t}, plane.LogFiles(), 60)
 		}
-		fmt.Fprintf(&timingsReport, "%-28s %6.0fs %s\n", t.Name(), time.Since(start).Seconds(), result)
+		addTiming("%-28s %6.0fs %s\n", t.Name(), time.Since(start).Seconds(), result)
 	})
 	g := NewWithT(t)
 	g.SetDefaultEventuallyPollingInterval(time.Second)

@@ -8,9 +8,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,7 +33,15 @@ var (
 	// clusters at most at once, so a new cluster can only get a port by reusing a freed one.
 	portRange     [2]int
 	timingsReport strings.Builder
+	timingsMu     sync.Mutex
 )
+
+// addTiming adds a line to the scenario timings printed at the end; scenarios run concurrently.
+func addTiming(format string, args ...any) {
+	timingsMu.Lock()
+	defer timingsMu.Unlock()
+	fmt.Fprintf(&timingsReport, format, args...)
+}
 
 const maxClusters = 3
 
@@ -47,6 +55,11 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if f := flag.Lookup("test.parallel"); f != nil {
+		if n, err := strconv.Atoi(f.Value.String()); err != nil || n < scenarioParallelism {
+			_ = f.Value.Set(strconv.Itoa(scenarioParallelism)) // see inOrder
+		}
+	}
 	ctrllog.SetLogger(logr.Discard()) // envtest's own logging; the plane reports progress itself
 	code := m.Run()
 	status := "end-to-end suite: no test selected (-run), no management plane started"
@@ -125,39 +138,30 @@ func prepare() string {
 		fmt.Fprintln(os.Stderr, "e2e: starting the management plane:", err)
 		os.Exit(1)
 	}
-	fmt.Fprintf(&timingsReport, "%-28s %6.0fs\n", "management plane start", time.Since(start).Seconds())
+	addTiming("%-28s %6.0fs\n", "management plane start", time.Since(start).Seconds())
+	if suiteClustersCreatedAtOnce() {
+		if err := createSuiteClusters(ctx, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: creating the shared clusters:", err)
+			os.Exit(1)
+		}
+	}
 	return ""
 }
 
-// freeConsecutivePorts finds n consecutive free loopback ports in the inclusive range within and
-// outside the kernel's ephemeral port range: a port that is free now but ephemeral can become the local end
+// freeConsecutivePorts reserves n consecutive free loopback ports in the inclusive range, below the
+// kernel's ephemeral port range: a port that is free now but ephemeral can become the local end
 // of any outgoing connection (kube-apiserver to etcd, say), and the Goofy manager then finds no
-// free port in a range this small.
+// free port in a range this small. The ports stay reserved against other test processes
+// (harness.ReservePorts) until this one exits.
 func freeConsecutivePorts(n int, within [2]int) (int, error) {
-	ephemeralLo, ephemeralHi := ephemeralPortRange()
-	var bases []int
-	for base := within[0]; base+n-1 <= within[1]; base += n {
-		if base+n-1 < ephemeralLo || base > ephemeralHi {
-			bases = append(bases, base)
-		}
+	if lo, _ := ephemeralPortRange(); within[1] >= lo {
+		within[1] = lo - 1
 	}
-	// Start at a place derived from the PID so that parallel runs rarely probe the same ports.
-	for i := range bases {
-		base := bases[(i+os.Getpid())%len(bases)]
-		ok := true
-		for p := base; p < base+n && ok; p++ {
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
-			if err != nil {
-				ok = false
-				continue
-			}
-			l.Close()
-		}
-		if ok {
-			return base, nil
-		}
+	ports, err := harness.ReservePorts(n, within, true)
+	if err != nil {
+		return 0, err
 	}
-	return 0, fmt.Errorf("no %d consecutive free ports in %d-%d outside the ephemeral range", n, within[0], within[1])
+	return ports[0], nil
 }
 
 // ephemeralPortRange is Linux's ip_local_port_range (its default when unreadable).

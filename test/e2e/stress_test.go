@@ -51,13 +51,14 @@ func envPositive(name string, def int) int {
 // once and requires every listener closed. The manager runs at the client settings of issue 18's
 // stall (QPS 100, burst 200) and with a 1 h resync, so that no resync can hide a lost wake-up.
 func TestStress(t *testing.T) {
+	inOrder(t) // before the cleanups below: the scenarios after this one wait for them too
 	clusters := envPositive("GOOFY_STRESS_CLUSTERS", defaultStressClusters)
 	rounds := envPositive("GOOFY_STRESS_ROUNDS", defaultStressRounds)
 	// Registered before begin's, so that the rounds' figures follow the test's line in the timings.
 	var summaries []string
 	t.Cleanup(func() {
 		for _, s := range summaries {
-			fmt.Fprintf(&timingsReport, "  %s\n", s)
+			addTiming("  %s\n", s)
 		}
 	})
 	ctx, g := begin(t, time.Duration(rounds)*(stressAvailableTimeout+stressDeleteTimeout+time.Minute)+2*time.Minute)

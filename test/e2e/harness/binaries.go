@@ -140,7 +140,15 @@ func BuildGoofy(ctx context.Context, repoRoot, out string, w io.Writer) error {
 			ldflags += " -X sigs.k8s.io/cluster-api/version.gitCommit=" + strings.TrimSpace(commit)
 		}
 	}
-	if _, err := runIn(ctx, repoRoot, w, nil, "go", "build", "-ldflags", ldflags, "-o", out, "."); err != nil {
+	// Built beside out and renamed over it: a plane of another test process may be running the
+	// binary at out, and the rename leaves its file intact.
+	tmp := fmt.Sprintf("%s.%d.tmp", out, os.Getpid())
+	if _, err := runIn(ctx, repoRoot, w, nil, "go", "build", "-ldflags", ldflags, "-o", tmp, "."); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		os.Remove(tmp)
 		return err
 	}
 	fmt.Fprintf(w, "[build] goofy manager built in %s\n", time.Since(start).Round(time.Second))

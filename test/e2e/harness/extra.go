@@ -29,7 +29,7 @@ type ManagerSpec struct {
 // and diagnostics ports, waits until it is ready, registers its webhook configurations and returns
 // the process. Plane.Stop stops it with the others.
 func (p *Plane) StartManager(ctx context.Context, spec ManagerSpec) (*Process, error) {
-	ports, err := freePorts(3)
+	ports, err := processPorts(3)
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,7 @@ func (p *Plane) StartGoofyManager(ctx context.Context, spec GoofyManagerSpec) (*
 	if p.Goofy == nil {
 		return nil, fmt.Errorf("the plane runs no Goofy manager whose flags %s could share", spec.Name)
 	}
-	ports, err := freePorts(2)
+	ports, err := processPorts(2)
 	if err != nil {
 		return nil, err
 	}

@@ -216,10 +216,11 @@ func (p *Plane) startAPIServer() error {
 // behave as in a real cluster: the garbage collector (owner references) and namespace deletion.
 func (p *Plane) startControllerManager(ctx context.Context) error {
 	p.progress("starting kube-controller-manager (garbage collector, namespace controller)")
-	port, err := freePort()
+	ports, err := processPorts(1)
 	if err != nil {
 		return err
 	}
+	port := ports[0]
 	proc := &Process{
 		Name:    "kube-controller-manager",
 		Path:    p.opts.Binaries.ControllerManager,
@@ -266,7 +267,7 @@ func (p *Plane) startCAPI(ctx context.Context) error {
 	var all []prepared
 	var crds []*apiextensionsv1.CustomResourceDefinition
 	for _, c := range capiComponents {
-		ports, err := freePorts(3)
+		ports, err := processPorts(3)
 		if err != nil {
 			return err
 		}
@@ -339,7 +340,7 @@ func (p *Plane) startCAPI(ctx context.Context) error {
 // also how the suite restarts the manager after killing it.
 func (p *Plane) StartGoofy(ctx context.Context) error {
 	if p.Goofy == nil {
-		ports, err := freePorts(2)
+		ports, err := processPorts(2)
 		if err != nil {
 			return err
 		}

@@ -133,37 +133,6 @@ func (p *Process) signalAndWait(sig syscall.Signal, wait time.Duration) bool {
 	}
 }
 
-// freePort asks the kernel for an unused loopback port. Another process may take it before we
-// bind it; the harness tolerates that by failing the start with a clear error.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// freePorts returns n distinct free ports.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // waitHTTPOK polls url until it answers 200, the process exits, or ctx ends.
 func waitHTTPOK(ctx context.Context, p *Process, url string) error {
 	return pollHTTPOK(ctx, p, url, &http.Client{Timeout: 2 * time.Second})

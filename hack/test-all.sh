@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# `make test-all`: everything CI checks, as .ci/run runs it. The process-plane tiers spend most of
+# their time waiting for CAPI's controllers, and the checks and unit tests keep both cores busy, so
+# the two kinds run side by side:
+#   1. go vet, which compiles every package once for everything after it;
+#   2. in the background, `make e2e` and CAPI's QuickStartSpec (`make e2e-upstream`), each on a
+#      plane of its own (no shared port, directory or namespace: docs/development.md);
+#   3. meanwhile `make verify`, staticcheck and `make test`.
+# Each step's duration is printed and, when PHASES_FILE is set, appended to it as "name seconds".
+# The background tiers log to out/test-report/*.log, printed whole when they end. E2E_UPSTREAM_FOCUS
+# picks the upstream specs (the CI subset by default).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+focus="${E2E_UPSTREAM_FOCUS:-QuickStartSpec default}"
+report=out/test-report
+mkdir -p "${report}"
+
+record() {
+  printf '== %s took %ds\n' "$1" "$2"
+  [[ -z "${PHASES_FILE:-}" ]] || printf '%s %d\n' "$1" "$2" >> "${PHASES_FILE}"
+}
+
+# step NAME COMMAND...: runs the command in the foreground and records its duration.
+step() {
+  local name="$1" start rc=0; shift
+  start=$(date +%s)
+  echo "== ${name} ($(date -u +%H:%M:%S))"
+  "$@" || rc=$?
+  record "${name}" $(( $(date +%s) - start ))
+  return "${rc}"
+}
+
+# background NAME LOG COMMAND...: runs the command with its output in LOG; its duration and exit
+# status land in LOG.result.
+background() {
+  local name="$1" log="$2"; shift 2
+  echo "== ${name} started in the background ($(date -u +%H:%M:%S)), log ${log}"
+  ( start=$(date +%s); status=0
+    "$@" > "${log}" 2>&1 || status=$?
+    echo "$(( $(date +%s) - start )) ${status}" > "${log}.result" ) &
+}
+
+# finish NAME LOG: prints a background tier's log and duration; fails if it failed.
+finish() {
+  local name="$1" log="$2" seconds status
+  echo "== ${name}: its log (${log})"
+  cat "${log}"
+  read -r seconds status < "${log}.result"
+  record "${name}" "${seconds}"
+  return "${status}"
+}
+
+# The binaries the planes run are built first, once (no-ops when .ci/run built them).
+ENVTEST_BINARIES="kube-apiserver kubectl etcd etcdctl kube-controller-manager" hack/envtest.sh >/dev/null
+hack/capi-managers.sh >/dev/null
+make --no-print-directory tools >/dev/null
+step "go vet (compiles every package)" make --no-print-directory vet
+
+rm -f "${report}"/*.result
+background "make e2e" "${report}/e2e.log" make --no-print-directory e2e
+background "make e2e-upstream" "${report}/e2e-upstream.log" make --no-print-directory e2e-upstream E2E_FOCUS="${focus}"
+
+status=0
+step "make verify" make --no-print-directory verify || status=$?
+step "staticcheck" make --no-print-directory staticcheck || status=$?
+step "make test" make --no-print-directory test || status=$?
+
+wait
+finish "make e2e" "${report}/e2e.log" || status=$?
+finish "make e2e-upstream" "${report}/e2e-upstream.log" || status=$?
+exit "${status}"

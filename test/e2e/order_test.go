@@ -1,0 +1,109 @@
+package e2e
+
+import (
+	"flag"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// The scenarios run concurrently, each once the scenarios it depends on have ended, instead of one
+// after another: most of a scenario's time is spent waiting for CAPI's controllers (a new
+// cluster's first connection is retried every 30 s, a MachineHealthCheck waits out its timeouts),
+// so independent scenarios wait at the same time. What one scenario needs of another is written
+// here, in one place:
+//   - qs (faults, then quick start, scale, remediation) is one chain of scenarios on one cluster;
+//   - the upgrade (upg) and ClusterClass (cc) scenarios run beside it, each on its own cluster;
+//     with GOOFY_E2E_FAULTS_SLOW=1 they wait for the API-latency scenario, whose two clusters
+//     need the suite's ports (three in all) beside qs;
+//   - the stress namespace (its own managers and ports) is a second chain: errors at scale,
+//     shards, stress; the quick start command and clusterctl init run planes of their own;
+//   - the stress scenario's clusters, 25 at once, load the management plane so much that the
+//     fault scenarios' timing suffers (its API server times out CAPI's status patches), so it
+//     waits for the qs chain;
+//   - the restart kills the suite's manager, so it waits for every other scenario, and the
+//     delete scenario (which removes cc) comes last.
+var runsAfter = map[string][]string{
+	"TestFaultEtcdMemberUnhealthy":   {"TestFaultUnreachable"},
+	"TestFaultEtcdMemberRemediation": {"TestFaultEtcdMemberUnhealthy"},
+	"TestFaultAPIServerErrors":       {"TestFaultEtcdMemberRemediation"},
+	"TestFaultVMFailed":              {"TestFaultAPIServerErrors"},
+	"TestQuickStart":                 {"TestFaultVMFailed"},
+	"TestScale":                      {"TestQuickStart"},
+	"TestRemediation":                {"TestScale"},
+	"TestUpgrade":                    {"TestFaultAPILatency"},
+	"TestClusterClass":               {"TestFaultAPILatency"},
+	"TestShards":                     {"TestFaultErrorsAtScale"},
+	"TestStress":                     {"TestShards", "TestRemediation"},
+	"TestRestart": {"TestClusterctlGenerate", "TestClusterctlInit", "TestRemediation", "TestUpgrade",
+		"TestClusterClass", "TestStress", "TestQuickStartTopologyFlavor"},
+	"TestDelete": {"TestRestart"},
+}
+
+// scenarioParallelism is the -parallel the suite needs: every scenario is a parallel test that may
+// wait for others, and one waiting must never hold the last free place of one it waits for.
+const scenarioParallelism = 64
+
+var (
+	scenarioMu   sync.Mutex
+	scenarioDone = map[string]chan struct{}{}
+	scenarioSeen = map[string]bool{}
+)
+
+// inOrder makes t a parallel test that starts once every selected scenario it runs after has
+// ended (cleanups included). It must come before any cleanup of t is registered, so that t counts
+// as ended only after all of them; calling it again is harmless.
+func inOrder(t *testing.T) {
+	t.Helper()
+	scenarioMu.Lock()
+	if scenarioSeen[t.Name()] {
+		scenarioMu.Unlock()
+		return
+	}
+	scenarioSeen[t.Name()] = true
+	done := doneChannel(t.Name())
+	scenarioMu.Unlock()
+	t.Cleanup(func() { close(done) })
+	t.Parallel()
+	for _, before := range runsAfter[t.Name()] {
+		if !selected(before) {
+			continue
+		}
+		scenarioMu.Lock()
+		wait := doneChannel(before)
+		scenarioMu.Unlock()
+		<-wait
+	}
+}
+
+// doneChannel is closed when the named scenario has ended; the caller holds scenarioMu.
+func doneChannel(name string) chan struct{} {
+	ch, ok := scenarioDone[name]
+	if !ok {
+		ch = make(chan struct{})
+		scenarioDone[name] = ch
+	}
+	return ch
+}
+
+// selected reports whether go test runs the top-level test name in this run (-run and -skip).
+func selected(name string) bool {
+	match := func(flagName string) (matched, set bool) {
+		f := flag.Lookup(flagName)
+		if f == nil || f.Value.String() == "" {
+			return false, false
+		}
+		// go test matches a top-level name against the pattern's part before its first '/'.
+		first, _, _ := strings.Cut(f.Value.String(), "/")
+		ok, err := regexp.MatchString(first, name)
+		return err == nil && ok, true
+	}
+	if run, set := match("test.run"); set && !run {
+		return false
+	}
+	if skip, _ := match("test.skip"); skip {
+		return false
+	}
+	return true
+}
