@@ -35,9 +35,12 @@ VERSION_LDFLAGS = -X $(VERSION_PKG).gitVersion=$(VERSION) -X $(VERSION_PKG).gitC
 	-X $(VERSION_PKG).gitMajor=$(word 1,$(subst ., ,$(VERSION:v%=%))) -X $(VERSION_PKG).gitMinor=$(word 2,$(subst ., ,$(VERSION:v%=%)))
 export GOOFY_CACHE_DIR := $(CACHE_DIR)
 # One set of compile flags for every build and test (go test, go vet, staticcheck's export data, the
-# manager, the CAPI managers in hack/capi-managers.sh), so each package is compiled once; static
-# binaries, as upstream ships them. Nothing here needs cgo.
+# manager, the CAPI managers in hack/capi-managers.sh), so each package is compiled once: static
+# binaries, as upstream ships them (nothing here needs cgo), and -trimpath, so that a package
+# compiled in one clone is the same package in another (CI clones afresh; testenv.RepoRoot finds
+# the repository without source paths).
 export CGO_ENABLED ?= 0
+export GOFLAGS := $(strip -trimpath $(filter-out -trimpath,$(GOFLAGS)))
 
 ##@ General
 

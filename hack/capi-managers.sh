@@ -86,8 +86,8 @@ ldflags="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=${CAPI_VERSION} \
  -X sigs.k8s.io/cluster-api/version.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 
 # Compile flags as for `go test`, `go vet` and the manager's build (the Makefile exports
-# CGO_ENABLED=0 and so does this script unless told otherwise; no -trimpath), so compiled packages
-# are shared with them. One `go build` for all binaries whose file names differ, so compiles and
+# CGO_ENABLED=0 and GOFLAGS=-trimpath; this script sets the same unless told otherwise), so compiled
+# packages are shared with them. One `go build` for all binaries whose file names differ, so compiles and
 # links overlap; KCP's main package is also named kubeadm, so it links in a second one.
 export CGO_ENABLED="${CGO_ENABLED:-0}"
 scratch="$(mktemp -d "${out}/.build.XXXXXX")"
@@ -104,7 +104,7 @@ for group in first second; do
   targets=()
   for bin in "${names[@]}"; do targets+=("${pkgs[$bin]}"); done
   mkdir -p "${scratch}/${group}"
-  (cd "${tools}" && go build -ldflags "${ldflags}" -o "${scratch}/${group}/" "${targets[@]}")
+  (cd "${tools}" && go build -trimpath -ldflags "${ldflags}" -o "${scratch}/${group}/" "${targets[@]}")
   # go build names a binary after its package's last path element.
   for bin in "${names[@]}"; do mv "${scratch}/${group}/${pkgs[$bin]##*/}" "${out}/${bin}"; done
   unset -n names

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # `make test-all`: everything CI checks, as .ci/run runs it. The process-plane tiers spend most of
-# their time waiting for CAPI's controllers, and the checks and unit tests keep both cores busy, so
-# the two kinds run side by side:
+# their time waiting for CAPI's controllers, while the checks and unit tests keep both cores busy,
+# so the two kinds run side by side:
 #   1. go vet, which compiles every package once for everything after it;
-#   2. in the background, `make e2e` and CAPI's QuickStartSpec (`make e2e-upstream`), each on a
-#      plane of its own (no shared port, directory or namespace: docs/development.md);
-#   3. meanwhile `make verify`, staticcheck and `make test`.
+#   2. `make e2e` in the background (its plane, ports and directories are its own:
+#      docs/development.md);
+#   3. meanwhile `make verify`, staticcheck and `make test`;
+#   4. then CAPI's QuickStartSpec (`make e2e-upstream`, a plane of its own) beside what is left of
+#      `make e2e`: started earlier, its plane and the unit tests together overloaded the two cores.
 # Each step's duration is printed and, when PHASES_FILE is set, appended to it as "name seconds".
 # The background tiers log to out/test-report/*.log, printed whole when they end. E2E_UPSTREAM_FOCUS
 # picks the upstream specs (the CI subset by default).
@@ -59,12 +61,12 @@ step "go vet (compiles every package)" make --no-print-directory vet
 
 rm -f "${report}"/*.result
 background "make e2e" "${report}/e2e.log" make --no-print-directory e2e
-background "make e2e-upstream" "${report}/e2e-upstream.log" make --no-print-directory e2e-upstream E2E_FOCUS="${focus}"
 
 status=0
 step "make verify" make --no-print-directory verify || status=$?
 step "staticcheck" make --no-print-directory staticcheck || status=$?
 step "make test" make --no-print-directory test || status=$?
+background "make e2e-upstream" "${report}/e2e-upstream.log" make --no-print-directory e2e-upstream E2E_FOCUS="${focus}"
 
 wait
 finish "make e2e" "${report}/e2e.log" || status=$?

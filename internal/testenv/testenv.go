@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 )
 
 // Default versions of the envtest binaries, as the Makefile's K8S_VERSION and ETCD_VERSION (which
@@ -76,8 +77,37 @@ func HaveAPIServer() bool {
 	return a && e
 }
 
-// RepoRoot returns the repository root, found from this source file's location.
+// module is the path of this repository's root module.
+const module = "github.com/goofy-capi/cluster-api-provider-goofy"
+
+// RepoRoot returns the repository root: found from this source file's location, or, in a binary
+// built with -trimpath (as the Makefile and .ci/run build everything, so that clones share compiled
+// packages), as the nearest directory at or above the working directory whose go.mod is this
+// module's (go test runs a test in its package's directory).
 func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if isModuleRoot(d) {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			return dir
+		}
+	}
+}
+
+// isModuleRoot reports whether dir holds this module's go.mod.
+func isModuleRoot(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return false
+	}
+	first, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimSpace(first) == "module "+module
 }

@@ -12,18 +12,17 @@ import (
 // after another: most of a scenario's time is spent waiting for CAPI's controllers (a new
 // cluster's first connection is retried every 30 s, a MachineHealthCheck waits out its timeouts),
 // so independent scenarios wait at the same time. What one scenario needs of another is written
-// here, in one place:
-//   - qs (faults, then quick start, scale, remediation) is one chain of scenarios on one cluster;
-//   - the upgrade (upg) and ClusterClass (cc) scenarios run beside it, each on its own cluster;
-//     with GOOFY_E2E_FAULTS_SLOW=1 they wait for the API-latency scenario, whose two clusters
-//     need the suite's ports (three in all) beside qs;
-//   - the stress namespace (its own managers and ports) is a second chain: errors at scale,
-//     shards, stress; the quick start command and clusterctl init run planes of their own;
-//   - the stress scenario's clusters, 25 at once, load the management plane so much that the
-//     fault scenarios' timing suffers (its API server times out CAPI's status patches), so it
-//     waits for the qs chain;
-//   - the restart kills the suite's manager, so it waits for every other scenario, and the
-//     delete scenario (which removes cc) comes last.
+// here, in one place. Two chains run side by side, so that at most two scenarios load the plane at
+// once (25 clusters at once, or a second plane starting, beside the fault scenarios made CAPI's
+// status patches time out on the management API server and the faults' timing fail):
+//   - qs: the fault scenarios, then quick start, scale and remediation, all on cluster qs;
+//   - the others: upgrade (upg) and ClusterClass (cc) on their own clusters, then the scenarios
+//     that start planes or managers of their own (clusterctl init, the quick start command, the
+//     stress namespace's errors at scale and shards); with GOOFY_E2E_FAULTS_SLOW=1 upgrade and
+//     ClusterClass wait for the API-latency scenario, whose two clusters need two of the suite's
+//     three ports;
+//   - stress (25 clusters at once) waits for both chains, the restart (which kills the suite's
+//     manager) for every scenario but the delete, and the delete (which removes cc) comes last.
 var runsAfter = map[string][]string{
 	"TestFaultEtcdMemberUnhealthy":   {"TestFaultUnreachable"},
 	"TestFaultEtcdMemberRemediation": {"TestFaultEtcdMemberUnhealthy"},
@@ -32,12 +31,17 @@ var runsAfter = map[string][]string{
 	"TestQuickStart":                 {"TestFaultVMFailed"},
 	"TestScale":                      {"TestQuickStart"},
 	"TestRemediation":                {"TestScale"},
-	"TestUpgrade":                    {"TestFaultAPILatency"},
-	"TestClusterClass":               {"TestFaultAPILatency"},
-	"TestShards":                     {"TestFaultErrorsAtScale"},
-	"TestStress":                     {"TestShards", "TestRemediation"},
+
+	"TestUpgrade":                  {"TestFaultAPILatency"},
+	"TestClusterClass":             {"TestFaultAPILatency"},
+	"TestClusterctlInit":           {"TestUpgrade", "TestClusterClass"},
+	"TestQuickStartTopologyFlavor": {"TestClusterctlInit"},
+	"TestFaultErrorsAtScale":       {"TestQuickStartTopologyFlavor"},
+	"TestShards":                   {"TestFaultErrorsAtScale"},
+
+	"TestStress": {"TestShards", "TestRemediation"},
 	"TestRestart": {"TestClusterctlGenerate", "TestClusterctlInit", "TestRemediation", "TestUpgrade",
-		"TestClusterClass", "TestStress", "TestQuickStartTopologyFlavor"},
+		"TestClusterClass", "TestStress", "TestQuickStartTopologyFlavor", "TestShards"},
 	"TestDelete": {"TestRestart"},
 }
 
