@@ -64,7 +64,8 @@ func cacheDir() string { return testenv.CacheDir() }
 
 // DefaultBinaries returns where the build scripts put the binaries, without building anything:
 // KUBEBUILDER_ASSETS (else the envtest cache), the CAPI cache, the CAPI module in the module cache
-// and <repoRoot>/bin/goofy-e2e-manager. Environment overrides: GOOFY_CAPI_BIN_DIR, GOOFY_MANAGER.
+// and <repoRoot>/bin/goofy-e2e-manager. Environment overrides: GOOFY_CAPI_BIN_DIR, GOOFY_MANAGER,
+// GOOFY_MANAGER_PREBUILT (PrebuiltManagerEnv).
 func DefaultBinaries(repoRoot string) Binaries {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
@@ -80,6 +81,9 @@ func DefaultBinaries(repoRoot string) Binaries {
 		capi = filepath.Join(cacheDir(), "capi", CAPIVersion)
 	}
 	goofy := os.Getenv("GOOFY_MANAGER")
+	if prebuilt := os.Getenv(PrebuiltManagerEnv); prebuilt != "" {
+		goofy = prebuilt
+	}
 	if goofy == "" {
 		goofy = filepath.Join(repoRoot, "bin", "goofy-e2e-manager")
 	}
@@ -128,8 +132,23 @@ func EnsureBinaries(ctx context.Context, repoRoot string, w io.Writer) (Binaries
 	return b, b.check(true)
 }
 
-// BuildGoofy builds the Goofy manager (the repository's main package) into out.
+// PrebuiltManagerEnv names a Goofy manager binary built once for a whole run (make test-all builds
+// it with `make build`): every plane of the run runs it, and BuildGoofy builds nothing.
+const PrebuiltManagerEnv = "GOOFY_MANAGER_PREBUILT"
+
+// BuildGoofy builds the Goofy manager (the repository's main package) into out, unless the run
+// brings one (PrebuiltManagerEnv).
 func BuildGoofy(ctx context.Context, repoRoot, out string, w io.Writer) error {
+	if prebuilt := os.Getenv(PrebuiltManagerEnv); prebuilt != "" {
+		if _, err := os.Stat(prebuilt); err != nil {
+			return fmt.Errorf("%s: %w", PrebuiltManagerEnv, err)
+		}
+		if out != prebuilt {
+			return fmt.Errorf("%s is %s, but the Goofy manager is wanted at %s", PrebuiltManagerEnv, prebuilt, out)
+		}
+		fmt.Fprintf(w, "[build] goofy manager: %s, built for the whole run\n", prebuilt)
+		return nil
+	}
 	fmt.Fprintf(w, "[build] goofy manager -> %s\n", out)
 	start := time.Now()
 	// The version the manager reports, as `make build` sets it: VERSION and the commit.
