@@ -23,8 +23,8 @@ import (
 //     stress namespace's errors at scale and shards); with GOOFY_E2E_FAULTS_SLOW=1 upgrade and
 //     ClusterClass wait for the API-latency scenario, whose two clusters need two of the suite's
 //     three ports;
-//   - stress (25 clusters at once) waits for both chains, the restart (which kills the suite's
-//     manager) for every scenario but the delete, and the delete (which removes cc) comes last.
+//   - the restart (which kills the suite's manager) waits for both chains, then comes the delete
+//     (which removes cc), and the stress scenario (25 clusters at once) comes last, alone.
 var runsAfter = map[string][]string{
 	"TestFaultEtcdMemberUnhealthy":   {"TestFaultUnreachable"},
 	"TestFaultEtcdMemberRemediation": {"TestFaultEtcdMemberUnhealthy"},
@@ -41,18 +41,19 @@ var runsAfter = map[string][]string{
 	"TestFaultErrorsAtScale":       {"TestQuickStartTopologyFlavor"},
 	"TestShards":                   {"TestFaultErrorsAtScale"},
 
-	"TestStress": {"TestShards", "TestRemediation"},
 	"TestRestart": {"TestClusterctlGenerate", "TestClusterctlInit", "TestRemediation", "TestUpgrade",
-		"TestClusterClass", "TestStress", "TestQuickStartTopologyFlavor", "TestShards"},
+		"TestClusterClass", "TestQuickStartTopologyFlavor", "TestShards"},
 	"TestDelete": {"TestRestart"},
+	"TestStress": {"TestDelete"},
 }
 
-// heavyScenarios load the two cores so much that they fail their time limits beside another
-// CPU-bound run: the stress scenario, with 25 clusters created at once, did beside the unit tests.
+// heavyScenarios load the two cores so much that they fail their time limits beside other work:
+// the stress scenario, with 25 clusters created at once, did beside the unit tests, and beside
+// CAPI's QuickStartSpec with staticcheck.
 var heavyScenarios = map[string]bool{"TestStress": true}
 
 // CoresFreeEnv names a file that appears once the machine's cores are free for a heavy scenario:
-// make test-all creates it when the unit tests have ended (hack/test-all.sh).
+// make test-all creates it when everything it runs beside the suite has ended (hack/test-all.sh).
 const CoresFreeEnv = "GOOFY_E2E_CORES_FREE_FILE"
 
 // waitForTheCores waits, when the run says how to know (CoresFreeEnv), until the CPU-bound work
@@ -66,7 +67,7 @@ func waitForTheCores(t *testing.T) {
 	for deadline := start.Add(30 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
 		if _, err := os.Stat(file); err == nil {
 			if waited := time.Since(start); waited > time.Second {
-				t.Logf("waited %.0fs for the unit tests beside the suite to end (%s)", waited.Seconds(), CoresFreeEnv)
+				t.Logf("waited %.0fs for the work beside the suite to end (%s)", waited.Seconds(), CoresFreeEnv)
 			}
 			return
 		}
