@@ -130,7 +130,7 @@ e2e: $(TESTREPORT) ## Process-plane end-to-end scenarios against real CAPI (test
 	@cat out/e2e/status 2>/dev/null || true
 
 .PHONY: test-all
-test-all: ## Every tier: make test, make e2e and make e2e-upstream with the CI subset (what .ci/run runs; the duration of each tier is printed).
+test-all: ## Everything CI runs (.ci/run calls it): go vet, make test beside make e2e, then make e2e-upstream (the CI subset), verify and staticcheck; each step's duration printed.
 	@hack/test-all.sh
 
 # Knobs of `make e2e-upstream`: E2E_FOCUS is a Ginkgo focus regexp over the specs' descriptions

@@ -128,7 +128,7 @@ build_into() {
   local scratch; scratch="$(mktemp -d "${out}/.build.XXXXXX")"
   local pkgs=() names=() start; start=$(date +%s)
   for pair in "$@"; do names+=("${pair%%=*}"); pkgs+=("${pair#*=}"); done
-  log "building ${names[*]} (kube-apiserver takes about 10 minutes on 2 cores the first time)"
+  log "building ${names[*]}"
   if ! (cd "${dir}" && CGO_ENABLED=0 go build -trimpath -ldflags "${ldflags}" -o "${scratch}/" "${pkgs[@]}"); then
     rm -rf "${scratch}"; return 1
   fi
@@ -155,6 +155,7 @@ if (( ${#k8s_missing[@]} )); then
   prepare_k8s_module
   k8s_pairs=()
   for bin in "${k8s_missing[@]}"; do k8s_pairs+=("${bin}=k8s.io/kubernetes/cmd/${bin}"); done
+  log "kube-apiserver, kube-controller-manager and kubectl take about 18 minutes on 2 cores the first time"
   build_into "${k8s_tools}" "${k8s_ldflags}" "${k8s_pairs[@]}" || k8s_status=$?
 fi
 if [[ -n "${etcd_pid}" ]]; then wait "${etcd_pid}" || exit 1; fi
