@@ -1,8 +1,9 @@
 // Package spdyconn is the server side of a SPDY/3.1 connection, as port-forward uses
 // it: an httpstream.Connection with the semantics of k8s.io/streaming's
 // spdy.NewServerConnection over github.com/moby/spdystream, but without spdystream's
-// per-connection BestCompression header compressor (see headerblock.go). Frames are
-// read, and those without a header block written, with spdystream's own Framer.
+// per-connection BestCompression header compressor (see headerblock.go). Control frames
+// are read, and frames without a header block written, with spdystream's own Framer;
+// DATA frames are read here, in bounded chunks (see limits.go).
 //
 // KCP opens a connection per etcd health check, so this is the manager's peak heap: an
 // open connection with one forwarded pair holds 0.11-0.16 MB on the server side where
@@ -11,11 +12,14 @@
 package spdyconn
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/moby/spdystream/spdy"
@@ -40,7 +44,8 @@ var (
 // Conn is a server-side SPDY/3.1 connection. It implements httpstream.Connection.
 type Conn struct {
 	netConn   net.Conn
-	reader    *spdy.Framer // used by serve only
+	in        frameReader  // used by serve only
+	reader    *spdy.Framer // reads control frames from in; used by serve only
 	writer    *frameWriter
 	newStream httpstream.NewStreamHandler
 	idle      *idleTimer
@@ -50,6 +55,9 @@ type Conn struct {
 	nextID   uint32             // the lowest ID the client may open next
 	lastID   uint32             // the last stream accepted, for GOAWAY
 	shutDown bool
+
+	buffered atomic.Int64  // data the streams hold for their readers (maxBufferedPerConn)
+	space    chan struct{} // a signal: a reader consumed data, or a stream dropped its own
 
 	shutdownOnce sync.Once
 	closing      chan struct{} // closed when the connection starts to end: unblocks waits
@@ -61,71 +69,86 @@ type Conn struct {
 // for every stream the client opens, from the goroutine reading the connection (so it
 // must not block, nor wait for frames); an error resets the stream.
 func NewServer(c net.Conn, newStream httpstream.NewStreamHandler) *Conn {
-	reader, _ := spdy.NewFramer(nil, c) // errors only for an invalid compression level
 	conn := &Conn{
 		netConn:   c,
-		reader:    reader,
+		in:        frameReader{r: c, off: frameHeaderSize},
 		newStream: newStream,
 		streams:   map[uint32]*Stream{},
 		nextID:    1,
+		space:     make(chan struct{}, 1),
 		closing:   make(chan struct{}),
 		closed:    make(chan bool),
 	}
+	conn.reader = newControlFramer(&conn.in)
 	conn.idle = newIdleTimer(func() { _ = conn.Close() })
-	conn.writer = newFrameWriter(c, conn.idle.touch)
+	// A failed write may have left part of a frame on the wire: nothing sent after it
+	// would parse, so the connection ends (closing it ends serve).
+	conn.writer = newFrameWriter(c, conn.idle.touch, func() { _ = c.Close() })
 	go conn.serve()
 	return conn
 }
 
-// serve reads and handles frames until the connection ends.
+// serve reads and handles frames until the connection ends: at EOF, a closed
+// connection, a malformed or oversized frame (spdystream closes the connection there
+// too) or a failed write.
 func (c *Conn) serve() {
 	defer c.shutdown(false)
-	for {
-		frame, err := c.readFrame()
-		if err != nil {
-			return // EOF, a closed connection, or a malformed frame: spdystream ends there too
-		}
-		c.idle.touch()
-		switch f := frame.(type) {
-		case *spdy.SynStreamFrame:
-			c.openStream(f)
-		case *spdy.DataFrame:
-			if s := c.stream(f.StreamId); s != nil {
-				if len(f.Data) > 0 {
-					s.deliver(f.Data)
-				}
-				if f.Flags&spdy.DataFlagFin != 0 {
-					s.remoteClose()
-				}
-			}
-		case *spdy.RstStreamFrame:
-			if s := c.stream(f.StreamId); s != nil {
-				c.forget(s)
-				s.markReset()
-			}
-		case *spdy.HeadersFrame:
-			// Nobody reads headers after the SYN_STREAM; only their FIN counts.
-			if s := c.stream(f.StreamId); s != nil && f.CFHeader.Flags&spdy.ControlFlagFin != 0 {
-				s.remoteClose()
-			}
-		case *spdy.PingFrame:
-			// Odd IDs are the client's pings, to answer with the same ID; even ones
-			// would answer ours, and we send none.
-			if f.Id%2 == 1 {
-				_ = c.writer.writeFrame(&spdy.PingFrame{Id: f.Id})
-			}
-		case *spdy.GoAwayFrame:
-			return // the client is done: the connection ends, as with spdystream
-		default:
-			// SYN_REPLY (we open no streams), SETTINGS and WINDOW_UPDATE (no flow
-			// control in SPDY/3.1 as spdystream speaks it): ignored, as spdystream does.
-		}
+	for c.readFrame() == nil {
 	}
 }
 
-// readFrame is the Framer's ReadFrame, with a panic on malformed input (none known)
-// turned into an error: it would end the process, not just this connection.
-func (c *Conn) readFrame() (frame spdy.Frame, err error) {
+// readFrame reads one frame and handles it.
+func (c *Conn) readFrame() error {
+	head := &c.in.head
+	if _, err := io.ReadFull(c.in.r, head[:]); err != nil {
+		return err
+	}
+	c.idle.touch()
+	word := binary.BigEndian.Uint32(head[4:])
+	flags, length := byte(word>>24), word&0xffffff
+	if head[0]&0x80 == 0 {
+		return c.readData(binary.BigEndian.Uint32(head[:4]), spdy.DataFlags(flags), length)
+	}
+	// Checked before the Framer, which would read (and discard) all 16 MiB first.
+	if length > maxControlFrameLength {
+		return errControlFrameTooLarge
+	}
+	c.in.off = 0 // the Framer reads the header again
+	frame, err := c.parseControlFrame()
+	if err != nil {
+		return err
+	}
+	switch f := frame.(type) {
+	case *spdy.SynStreamFrame:
+		return c.openStream(f)
+	case *spdy.RstStreamFrame:
+		if s := c.stream(f.StreamId); s != nil {
+			c.forget(s)
+			s.markReset()
+		}
+	case *spdy.HeadersFrame:
+		// Nobody reads headers after the SYN_STREAM; only their FIN counts.
+		if s := c.stream(f.StreamId); s != nil && f.CFHeader.Flags&spdy.ControlFlagFin != 0 {
+			s.remoteClose()
+		}
+	case *spdy.PingFrame:
+		// Odd IDs are the client's pings, to answer with the same ID; even ones
+		// would answer ours, and we send none.
+		if f.Id%2 == 1 {
+			return c.writer.writeFrame(&spdy.PingFrame{Id: f.Id})
+		}
+	case *spdy.GoAwayFrame:
+		return io.EOF // the client is done: the connection ends, as with spdystream
+	default:
+		// SYN_REPLY (we open no streams), SETTINGS and WINDOW_UPDATE (no flow
+		// control in SPDY/3.1 as spdystream speaks it): ignored, as spdystream does.
+	}
+	return nil
+}
+
+// parseControlFrame is the Framer's ReadFrame, with a panic on malformed input (none
+// known) turned into an error: it would end the process, not just this connection.
+func (c *Conn) parseControlFrame() (frame spdy.Frame, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			frame, err = nil, fmt.Errorf("spdyconn: reading a frame: %v", r)
@@ -134,18 +157,107 @@ func (c *Conn) readFrame() (frame spdy.Frame, err error) {
 	return c.reader.ReadFrame()
 }
 
+// readData reads the payload of a DATA frame whose header was read, chunk by chunk as
+// it arrives: the Framer would allocate the length the client declared (up to 16 MiB)
+// before a byte of it came. Data nobody will read is skipped without being kept.
+func (c *Conn) readData(id uint32, flags spdy.DataFlags, length uint32) error {
+	if id == 0 {
+		return errZeroStreamID
+	}
+	s := c.stream(spdy.StreamId(id))
+	for left := int(length); left > 0; {
+		if s == nil || !s.accepting() {
+			if _, err := io.CopyN(io.Discard, c.in.r, int64(left)); err != nil {
+				return err
+			}
+			break
+		}
+		chunk := make([]byte, min(left, maxDataChunk))
+		if _, err := io.ReadFull(c.in.r, chunk); err != nil {
+			return err
+		}
+		left -= len(chunk)
+		c.idle.touch()
+		if err := c.deliver(s, chunk); err != nil {
+			return err
+		}
+	}
+	if flags&spdy.DataFlagFin != 0 {
+		if s := c.stream(spdy.StreamId(id)); s != nil {
+			s.remoteClose()
+		}
+	}
+	return nil
+}
+
+// deliver queues data for s's reader. Past the stream's window or the connection's
+// budget it waits for readers to make room, at most the stall timeout: then the stream
+// holding up the others is reset with FLOW_CONTROL_ERROR and its data dropped, as a
+// SPDY receiver does to a sender past its window. So one stream nobody reads holds up
+// the connection's other streams that long, once. An error is a failed write.
+func (c *Conn) deliver(s *Stream, data []byte) error {
+	if s.enqueue(data) {
+		return nil
+	}
+	stall := time.NewTimer(stallTimeout())
+	defer stall.Stop()
+	for {
+		select {
+		case <-c.space:
+		case <-stall.C:
+			victim := c.stalling(s, len(data))
+			c.forget(victim)
+			if err := victim.resetLocally(true, spdy.FlowControlError); err != nil || victim == s {
+				return err
+			}
+			stall.Reset(stallTimeout())
+		case <-c.closing:
+			return nil
+		}
+		if s.enqueue(data) {
+			return nil
+		}
+	}
+}
+
+// stalling is the stream to reset when n bytes for s found no room: s past its own
+// window, else the stream holding the most of the connection's budget.
+func (c *Conn) stalling(s *Stream, n int) *Stream {
+	if s.holds()+n > maxBufferedPerStream {
+		return s
+	}
+	victim, most := s, 0
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, other := range c.streams {
+		if b := other.holds(); b > most {
+			victim, most = other, b
+		}
+	}
+	return victim
+}
+
+// release gives back n bytes of the connection's budget a stream held, and wakes
+// deliver: the stream it waits for may also just have been reset or detached.
+func (c *Conn) release(n int) {
+	c.buffered.Add(int64(-n))
+	signal(c.space)
+}
+
 // openStream accepts a SYN_STREAM: IDs are odd and increase, as the client opens them.
-func (c *Conn) openStream(f *spdy.SynStreamFrame) {
+func (c *Conn) openStream(f *spdy.SynStreamFrame) error {
+	if headerBlockSize(f.Headers) > maxHeaderBlock {
+		return errHeadersTooLarge // the stream would keep them
+	}
 	id := uint32(f.StreamId)
 	c.mu.Lock()
 	if c.shutDown {
 		c.mu.Unlock()
-		return
+		return nil
 	}
 	if id > maxStreamID || id < c.nextID || id%2 == 0 {
 		c.mu.Unlock()
-		_ = c.writer.writeFrame(&spdy.RstStreamFrame{StreamId: f.StreamId, Status: spdy.ProtocolError})
-		return
+		return c.writer.writeFrame(&spdy.RstStreamFrame{StreamId: f.StreamId, Status: spdy.ProtocolError})
 	}
 	c.nextID, c.lastID = id+2, id
 	s := newStream(c, f)
@@ -154,13 +266,13 @@ func (c *Conn) openStream(f *spdy.SynStreamFrame) {
 
 	replySent := make(chan struct{})
 	if err := c.newStream(s, replySent); err != nil {
-		_ = s.Reset()
-		return
+		return s.Reset()
 	}
-	_ = s.sendReply()
-	// Closed even when the reply failed: the connection is broken then, and the
+	err := s.sendReply()
+	// Closed even when the reply failed: the connection ends then, and the
 	// handler's waiters must not hang.
 	close(replySent)
+	return err
 }
 
 func (c *Conn) stream(id spdy.StreamId) *Stream {
@@ -200,7 +312,7 @@ func (c *Conn) shutdown(notify bool) {
 			_ = c.netConn.Close() // nothing left to say: free the writers at once
 		}
 		for _, s := range streams {
-			_ = s.resetLocally(notify)
+			_ = s.resetLocally(notify, spdy.Cancel)
 		}
 		if notify {
 			_ = c.writer.writeFrame(&spdy.GoAwayFrame{LastGoodStreamId: spdy.StreamId(last), Status: spdy.GoAwayOK})
@@ -223,10 +335,10 @@ func (c *Conn) CloseChan() <-chan bool { return c.closed }
 // direction; zero disables it.
 func (c *Conn) SetIdleTimeout(timeout time.Duration) { c.idle.set(timeout) }
 
-// RemoveStreams tells the connection the caller is done with streams: data the client
-// still sends on them is dropped instead of waiting for a reader, which would stop the
-// connection (spdystream's frame handler blocks for good there). They leave the
-// connection when both sides closed them or either reset them, as before.
+// RemoveStreams tells the connection the caller is done with streams: data they hold
+// unread, and data the client still sends on them, is dropped instead of waiting for a
+// reader (spdystream's frame handler blocks for good there). They leave the connection
+// when both sides closed them or either reset them, as before.
 func (c *Conn) RemoveStreams(streams ...httpstream.Stream) {
 	for _, st := range streams {
 		if s, ok := st.(*Stream); ok && s != nil {

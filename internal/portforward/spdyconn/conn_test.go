@@ -349,7 +349,8 @@ func TestIdleTimeoutClosesTheConnection(t *testing.T) {
 }
 
 // A stream whose reader stalls does not make the server buffer what the client sends:
-// the connection stops reading and TCP pushes back on the client.
+// the connection stops reading and TCP pushes back on the client, for a stall shorter
+// than the stall timeout (TestStalledStreamDoesNotStallTheOthers for a longer one).
 func TestSlowReaderPushesBackOnTheClient(t *testing.T) {
 	a := newAcceptor()
 	client, _ := serve(t, a.handle)

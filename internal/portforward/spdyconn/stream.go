@@ -16,11 +16,6 @@ var (
 	ErrConnClosed = errors.New("spdyconn: connection closed")
 )
 
-// maxBufferedPerStream bounds the data a stream holds for a reader that does not keep
-// up. Past it the connection stops reading until the reader catches up, so TCP pushes
-// back on the client, as spdystream's unbuffered channel per stream does.
-const maxBufferedPerStream = 128 << 10
-
 // maxDataFramePayload splits large writes, so one frame (and its pooled buffer) stays
 // the size of a copy buffer and other streams' frames are not held back behind it.
 const maxDataFramePayload = 32 << 10
@@ -33,13 +28,12 @@ type Stream struct {
 
 	replied   chan struct{} // closed when the SYN_REPLY is out, or the stream is reset
 	readable  chan struct{} // a signal: data or the remote end arrived
-	space     chan struct{} // a signal: the reader consumed data
 	sendMu    sync.Mutex    // orders this side's frames: no DATA after FIN or RST
 	replyOnce sync.Once
 
 	mu           sync.Mutex
 	pending      [][]byte // received data not read yet
-	buffered     int      // bytes in pending
+	buffered     int      // bytes in pending, also counted in conn.buffered
 	localClosed  bool     // FIN sent (or the stream was opened unidirectional)
 	remoteClosed bool     // FIN received
 	reset        bool     // RST_STREAM sent or received, or the connection ended
@@ -51,7 +45,6 @@ func newStream(c *Conn, f *spdy.SynStreamFrame) *Stream {
 		conn: c, id: uint32(f.StreamId), headers: f.Headers,
 		replied:      make(chan struct{}),
 		readable:     make(chan struct{}, 1),
-		space:        make(chan struct{}, 1),
 		localClosed:  f.CFHeader.Flags&spdy.ControlFlagUnidirectional != 0,
 		remoteClosed: f.CFHeader.Flags&spdy.ControlFlagFin != 0,
 	}
@@ -81,7 +74,7 @@ func (s *Stream) Read(p []byte) (int, error) {
 			}
 			s.buffered -= n
 			s.mu.Unlock()
-			signal(s.space)
+			s.conn.release(n)
 			return n, nil
 		}
 		if s.remoteClosed || s.reset {
@@ -148,11 +141,11 @@ func (s *Stream) Close() error {
 // Reset closes both directions: RST_STREAM with CANCEL, unless the stream already ended.
 func (s *Stream) Reset() error {
 	s.conn.forget(s)
-	return s.resetLocally(true)
+	return s.resetLocally(true, spdy.Cancel)
 }
 
-// resetLocally ends the stream here, telling the client if notify.
-func (s *Stream) resetLocally(notify bool) error {
+// resetLocally ends the stream here, telling the client (RST_STREAM with status) if notify.
+func (s *Stream) resetLocally(notify bool, status spdy.RstStreamStatus) error {
 	if !notify {
 		s.markReset() // no sendMu: a writer may be stuck on the dying connection
 		return nil
@@ -162,7 +155,7 @@ func (s *Stream) resetLocally(notify bool) error {
 	if !s.markReset() {
 		return nil
 	}
-	return s.conn.writer.writeFrame(&spdy.RstStreamFrame{StreamId: spdy.StreamId(s.id), Status: spdy.Cancel})
+	return s.conn.writer.writeFrame(&spdy.RstStreamFrame{StreamId: spdy.StreamId(s.id), Status: status})
 }
 
 // markReset ends both directions and drops unread data. It reports whether the stream
@@ -171,11 +164,11 @@ func (s *Stream) markReset() bool {
 	s.mu.Lock()
 	open := !s.reset && !(s.localClosed && s.remoteClosed)
 	s.reset = true
-	s.pending, s.buffered = nil, 0
+	dropped := s.drop()
 	s.mu.Unlock()
+	s.conn.release(dropped)
 	s.replyOnce.Do(func() { close(s.replied) })
 	signal(s.readable)
-	signal(s.space)
 	return open
 }
 
@@ -194,41 +187,54 @@ func (s *Stream) sendReply() error {
 	return err
 }
 
-// deliver queues data from the client for Read. With maxBufferedPerStream unread it
-// waits: the caller is the connection's only reader, which then reads no more.
-func (s *Stream) deliver(data []byte) {
-	for {
-		s.mu.Lock()
-		if s.reset || s.remoteClosed {
-			s.mu.Unlock()
-			return // data after FIN or RST: dropped, as spdystream does
-		}
-		if s.detached {
-			s.mu.Unlock()
-			return // its reader is gone: waiting for it would stall every stream
-		}
-		if s.buffered < maxBufferedPerStream {
-			s.pending = append(s.pending, data)
-			s.buffered += len(data)
-			s.mu.Unlock()
-			signal(s.readable)
-			return
-		}
-		s.mu.Unlock()
-		select {
-		case <-s.space:
-		case <-s.conn.closing:
-			return
-		}
+// enqueue queues data from the client for Read, or drops it when nobody will read it.
+// It reports false, keeping nothing, when the data does not fit the stream's window or
+// the connection's budget (Conn.deliver waits then).
+func (s *Stream) enqueue(data []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reset || s.remoteClosed || s.detached {
+		return true // data after FIN or RST is dropped, as spdystream does
 	}
+	if s.buffered+len(data) > maxBufferedPerStream || s.conn.buffered.Load()+int64(len(data)) > maxBufferedPerConn {
+		return false
+	}
+	s.pending = append(s.pending, data)
+	s.buffered += len(data)
+	s.conn.buffered.Add(int64(len(data)))
+	signal(s.readable)
+	return true
 }
 
-// detach stops deliver from waiting for a reader, which RemoveStreams says is gone.
+// holds is the data queued for the reader.
+func (s *Stream) holds() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buffered
+}
+
+// accepting reports whether data for the stream would be kept for a reader.
+func (s *Stream) accepting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.reset && !s.remoteClosed && !s.detached
+}
+
+// detach drops what the stream holds and what comes for it: RemoveStreams says its
+// reader is gone, and waiting for it would stall every stream.
 func (s *Stream) detach() {
 	s.mu.Lock()
 	s.detached = true
+	dropped := s.drop()
 	s.mu.Unlock()
-	signal(s.space)
+	s.conn.release(dropped)
+}
+
+// drop empties pending and returns the bytes it held. s.mu is held.
+func (s *Stream) drop() int {
+	n := s.buffered
+	s.pending, s.buffered = nil, 0
+	return n
 }
 
 // remoteClose records the client's FIN.

@@ -18,14 +18,15 @@ type frameWriter struct {
 	buf     *frameBuffer
 	headers headerBlockEncoder
 	wrote   func() // after every frame: the idle timer counts frames out too
+	failed  func() // after a failed write
 }
 
-func newFrameWriter(w io.Writer, wrote func()) *frameWriter {
+func newFrameWriter(w io.Writer, wrote, failed func()) *frameWriter {
 	buf := &frameBuffer{}
 	// NewFramer only records its compressor's settings: compress/zlib builds the flate
 	// state on the first Write, which only frames with a header block would make.
 	framer, _ := spdy.NewFramer(buf, nil) // errors only for an invalid compression level
-	return &frameWriter{w: w, framer: framer, buf: buf, wrote: wrote}
+	return &frameWriter{w: w, framer: framer, buf: buf, wrote: wrote, failed: failed}
 }
 
 // writeFrame writes a frame that carries no header block: DATA, RST_STREAM, PING, GOAWAY.
@@ -56,6 +57,7 @@ func (fw *frameWriter) writeSynReply(id uint32, h http.Header) error {
 
 func (fw *frameWriter) flush(frame []byte) error {
 	if _, err := fw.w.Write(frame); err != nil {
+		fw.failed()
 		return err
 	}
 	fw.wrote()

@@ -1,0 +1,9 @@
+package spdyconn
+
+import "time"
+
+// SetStallTimeout sets the stall timeout until the returned function restores it.
+func SetStallTimeout(d time.Duration) (restore func()) {
+	old := stallTimeoutNanos.Swap(int64(d))
+	return func() { stallTimeoutNanos.Store(old) }
+}
