@@ -42,6 +42,7 @@ import (
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
 	"github.com/goofy-capi/cluster-api-provider-goofy/controllers"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
@@ -81,6 +82,7 @@ type options struct {
 	stateDir             string
 	workloadStorageQuota int64
 	workloadLimits       mux.Limits
+	workloads            simulate.Options
 	profilerAddress      string
 
 	// logs holds component-base's logging flags (--v, --vmodule, --logging-format, ...).
@@ -130,6 +132,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.workloadLimits.WatchWriteTimeout, "workload-watch-write-timeout", def.WatchWriteTimeout, "Time a workload cluster watch event may take to write before the watch is ended (its client stopped reading). 0: no timeout.")
 	fs.IntVar(&o.workloadLimits.MaxPortForwardStreams, "workload-max-port-forward-streams", def.MaxPortForwardStreams, "Streams forwarded at once per port-forward connection to a workload cluster; one more fails as a refused forward. 0: no limit.")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "How long in-flight workload cluster requests may take on shutdown.")
+	fs.BoolVar(&o.workloads.Workloads, "simulate-workloads", true, "Run workloads in the simulated clusters: the scheduler, the kubelets' pod lifecycle and kube-controller-manager's Deployment, ReplicaSet, DaemonSet and disruption controllers (docs/workloads.md). Off, Deployments and DaemonSets report their rollouts at once and no pod runs.")
+	fs.DurationVar(&o.workloads.PodStartDelay, "pod-start-delay", simulate.DefaultPodStartDelay, "How long a simulated kubelet takes from a pod's binding to its containers running.")
 
 	if o.logs == nil {
 		o.logs = logs.NewOptions()
@@ -332,6 +336,7 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 	} else {
 		log.Info("Workload cluster state is kept in memory only (--state-dir is empty)")
 	}
+	storeOpts = append(storeOpts, store.WithSimulator(simulate.New(o.workloads)))
 	wcl, err := mux.NewWorkloadClustersMux(store.NewManager(storeOpts...), o.listenerHost,
 		mux.WithPortRange(portMin, portMax), mux.WithBindAddress(o.listenerBindAddress), mux.WithLogger(ctrl.Log.WithName("mux")),
 		mux.WithClusterOptions(store.ClusterOptions{StorageQuota: storageQuota(o.workloadStorageQuota)}),

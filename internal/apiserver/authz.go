@@ -1,11 +1,17 @@
 package apiserver
 
 import (
+	"errors"
 	"net/http"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/filters"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/authz"
@@ -89,4 +95,38 @@ func (h *handler) checkPatchGrant(rq *reqScope, pt types.PatchType, body []byte,
 		return err
 	}
 	return h.checkGrant(rq, res.Object)
+}
+
+// createVerb is a request's attributes with the verb create.
+type createVerb struct{ authorizer.Attributes }
+
+func (createVerb) GetVerb() string { return "create" }
+
+// checkPortForwardCreate: since 1.35 (feature gate AuthorizePodWebsocketUpgradeCreatePermission,
+// beta and on), kube-apiserver's pods/portforward REST authorizes a GET, the WebSocket upgrade
+// kubectl uses, a second time as create, so that get alone (which read-only roles grant) does
+// not open a tunnel. Clusters of older versions allow get alone, as theirs did.
+func (h *handler) checkPortForwardCreate(rq *reqScope) error {
+	if rq.verb != "get" {
+		return nil
+	}
+	if v, err := utilversion.ParseGeneric(h.c.KubernetesVersion()); err == nil && !v.AtLeast(utilversion.MajorMinor(1, 35)) {
+		return nil
+	}
+	u, ok := apirequest.UserFrom(rq.r.Context())
+	if !ok || authz.Privileged(u) {
+		return nil // no authentication in front of the handler: nothing is authorized
+	}
+	attrs, err := filters.GetAuthorizerAttributes(rq.r.Context())
+	if err != nil {
+		return err
+	}
+	decision, reason, err := authz.Authorize(rq.r.Context(), h.c, createVerb{attrs})
+	if err != nil {
+		return err
+	}
+	if decision != authorizer.DecisionAllow {
+		return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, rq.name, errors.New(reason))
+	}
+	return nil
 }

@@ -34,6 +34,7 @@ type subresourceShape struct {
 
 var subresourceShapes = map[string]subresourceShape{
 	"status":      {verbs: []string{"get", "patch", "update"}},
+	"binding":     {gvk: &schema.GroupVersionKind{Version: "v1", Kind: "Binding"}, verbs: []string{"create"}},
 	"scale":       {gvk: &schema.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"}, verbs: []string{"get", "patch", "update"}},
 	"eviction":    {gvk: &schema.GroupVersionKind{Group: "policy", Version: "v1", Kind: "Eviction"}, verbs: []string{"create"}},
 	"log":         {verbs: []string{"get"}},

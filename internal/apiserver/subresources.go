@@ -76,6 +76,12 @@ func (h *handler) serveSubresource(rq *reqScope) {
 			return
 		}
 		h.serveEviction(rq)
+	case "binding":
+		if rq.verb != "create" {
+			notSupported()
+			return
+		}
+		h.serveBinding(rq)
 	case "log":
 		if rq.verb != "get" {
 			notSupported()
@@ -89,6 +95,10 @@ func (h *handler) serveSubresource(rq *reqScope) {
 		}
 		if h.opts.PortForward == nil {
 			h.writeError(rq.w, rq.r, notFound())
+			return
+		}
+		if err := h.checkPortForwardCreate(rq); err != nil {
+			h.writeError(rq.w, rq.r, err)
 			return
 		}
 		if _, parsed := apirequest.RequestInfoFrom(rq.r.Context()); parsed {
@@ -237,6 +247,59 @@ func patchScale(cur *autoscalingv1.Scale, pt types.PatchType, body []byte, direc
 		return nil, err
 	}
 	return out.(*autoscalingv1.Scale), nil
+}
+
+// --- binding ---
+
+// serveBinding assigns a pod to a node, as kube-scheduler does through pods/binding.
+func (h *handler) serveBinding(rq *reqScope) {
+	createOpts := &metav1.CreateOptions{}
+	if err := decodeQuery(rq.r, createOpts); err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	if errs := metav1validation.ValidateCreateOptions(createOpts); len(errs) > 0 {
+		h.writeError(rq.w, rq.r, invalidOptions("CreateOptions", errs))
+		return
+	}
+	binding := &corev1.Binding{}
+	if err := h.decodeSubresourceBody(rq, corev1.SchemeGroupVersion.WithKind("Binding"), binding); err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	if binding.Name != rq.name {
+		h.writeError(rq.w, rq.r, badRequestf("name in URL does not match name in Binding object"))
+		return
+	}
+	if binding.Namespace != "" && binding.Namespace != rq.ns {
+		h.writeError(rq.w, rq.r, badRequestf("the namespace of the provided object does not match the namespace sent on the request"))
+		return
+	}
+	if err := h.c.Bind(rq.ns, binding, store.CreateOptions{DryRun: len(createOpts.DryRun) > 0}); err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
+	h.writeObject(rq, http.StatusCreated, &metav1.Status{Status: metav1.StatusSuccess, Code: http.StatusCreated})
+}
+
+// decodeSubresourceBody decodes a request body that must hold an object of kind gvk into into.
+func (h *handler) decodeSubresourceBody(rq *reqScope, gvk schema.GroupVersionKind, into runtime.Object) error {
+	info, err := negotiation.NegotiateInputSerializer(rq.r, false, getServing().objects)
+	if err != nil {
+		return err
+	}
+	body, err := h.readBody(rq.r)
+	if err != nil {
+		return err
+	}
+	obj, got, err := info.Serializer.Decode(body, &gvk, into)
+	if err != nil {
+		return badRequestf("the object provided is unrecognized (must be of type %s): %v (%s)", gvk.Kind, err, summarize(body, 30))
+	}
+	if obj != into || got.Kind != gvk.Kind {
+		return badRequestf("the kind in the data (%s) does not match the expected kind (%s)", got.Kind, gvk.Kind)
+	}
+	return nil
 }
 
 // --- eviction ---

@@ -21,14 +21,44 @@ type podStrategy struct{ base }
 
 func init() {
 	register(podStrategy{newBase(resource{corev1.SchemeGroupVersion, "pods", "Pod", true,
-		[]string{"po"}, []string{"all"}, []string{"eviction", "log", "portforward", "status"}}, withGeneration)})
+		[]string{"po"}, []string{"all"}, []string{"binding", "eviction", "log", "portforward", "status"}}, withGeneration)})
 }
 
 func (podStrategy) Default(obj runtime.Object) { defaultPodSpec(&obj.(*corev1.Pod).Spec) }
 
 func (s podStrategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
 	s.base.PrepareForCreate(ctx, obj)
-	obj.(*corev1.Pod).Status.Phase = corev1.PodPending
+	pod := obj.(*corev1.Pod)
+	pod.Status.Phase = corev1.PodPending
+	pod.Status.QOSClass = podQOS(&pod.Spec)
+}
+
+// podQOS is the pod's QoS class, as the API server's pod strategy sets it at creation: cpu and
+// memory limits equal to the requests in every container is Guaranteed, none at all BestEffort,
+// anything else Burstable (a request left unset defaults to the limit).
+func podQOS(spec *corev1.PodSpec) corev1.PodQOSClass {
+	any, guaranteed := false, true
+	for _, list := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for _, c := range list {
+			for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+				req, hasReq := c.Resources.Requests[name]
+				lim, hasLim := c.Resources.Limits[name]
+				if hasReq && !req.IsZero() || hasLim && !lim.IsZero() {
+					any = true
+				}
+				if !hasLim || lim.IsZero() || hasReq && req.Cmp(lim) != 0 {
+					guaranteed = false
+				}
+			}
+		}
+	}
+	switch {
+	case !any:
+		return corev1.PodQOSBestEffort
+	case guaranteed:
+		return corev1.PodQOSGuaranteed
+	}
+	return corev1.PodQOSBurstable
 }
 
 // CheckGracefulDelete follows the pod strategy upstream: the request's gracePeriodSeconds, else

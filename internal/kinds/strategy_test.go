@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -79,7 +80,19 @@ func TestPodCreateAndGracefulDelete(t *testing.T) {
 		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "img"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"}}
 	g.Expect(created(t, pod)).To(Succeed())
-	g.Expect(pod.Status).To(Equal(corev1.PodStatus{Phase: corev1.PodPending}), "status is the kubelet's, not the creator's")
+	g.Expect(pod.Status).To(Equal(corev1.PodStatus{Phase: corev1.PodPending, QOSClass: corev1.PodQOSBestEffort}),
+		"status is the kubelet's, not the creator's; the QoS class is the API server's")
+
+	qos := func(c corev1.Container) corev1.PodQOSClass {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "q", Namespace: "default"}, Spec: corev1.PodSpec{Containers: []corev1.Container{c}}}
+		g.Expect(created(t, p)).To(Succeed())
+		return p.Status.QOSClass
+	}
+	both := corev1.ResourceList{corev1.ResourceCPU: apiresource.MustParse("1"), corev1.ResourceMemory: apiresource.MustParse("1Gi")}
+	g.Expect(qos(corev1.Container{Name: "c", Image: "i", Resources: corev1.ResourceRequirements{Limits: both}})).To(Equal(corev1.PodQOSGuaranteed), "requests default to limits")
+	g.Expect(qos(corev1.Container{Name: "c", Image: "i", Resources: corev1.ResourceRequirements{Requests: both}})).To(Equal(corev1.PodQOSBurstable))
+	g.Expect(qos(corev1.Container{Name: "c", Image: "i", Resources: corev1.ResourceRequirements{Limits: both,
+		Requests: corev1.ResourceList{corev1.ResourceCPU: apiresource.MustParse("500m")}}})).To(Equal(corev1.PodQOSBurstable))
 	g.Expect(pod.Generation).To(BeEquivalentTo(1))
 	g.Expect(pod.Spec.TerminationGracePeriodSeconds).To(Equal(ptr.To[int64](30)))
 	g.Expect(pod.Spec.Containers[0].ImagePullPolicy).To(Equal(corev1.PullAlways), "an untagged image is always pulled")

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -304,8 +305,8 @@ func (s *storeClient) SubResource(name string) client.SubResourceClient {
 	return &subResourceClient{s: s, name: name}
 }
 
-// subResourceClient serves the status subresource; other subresources (eviction, scale, ...)
-// belong to the HTTP layer and answer 405 here.
+// subResourceClient serves the status subresource and pods/binding; other subresources
+// (eviction, scale, ...) belong to the HTTP layer and answer 405 here.
 type subResourceClient struct {
 	s    *storeClient
 	name string
@@ -333,8 +334,17 @@ func (r *subResourceClient) Get(ctx context.Context, obj, subResource client.Obj
 	return copyResult(subResource, out)
 }
 
-func (r *subResourceClient) Create(context.Context, client.Object, client.Object, ...client.SubResourceCreateOption) error {
-	return apierrors.NewMethodNotSupported(schema.GroupResource{Resource: r.name}, "create")
+// Create serves pods/binding (the scheduler's assignment); other subresources answer 405.
+func (r *subResourceClient) Create(_ context.Context, obj, sub client.Object, opts ...client.SubResourceCreateOption) error {
+	binding, ok := sub.(*corev1.Binding)
+	if _, isPod := obj.(*corev1.Pod); r.name != "binding" || !ok || !isPod {
+		return apierrors.NewMethodNotSupported(schema.GroupResource{Resource: r.name}, "create")
+	}
+	co := (&client.SubResourceCreateOptions{}).ApplyOptions(opts)
+	if binding.Name == "" {
+		binding.Name = obj.GetName()
+	}
+	return r.s.c.Bind(obj.GetNamespace(), binding, CreateOptions{DryRun: isDryRun(co.DryRun), SkipSyncWait: r.s.noSyncWait})
 }
 
 func (r *subResourceClient) Update(_ context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {

@@ -36,6 +36,13 @@ type Cluster struct {
 	// deps indexes dependents by owner UID for garbage collection; nil until an object has owners.
 	deps     map[types.UID]map[objRef]struct{}
 	watchers map[*Watcher]struct{} // nil while nobody watches
+	// informers receive every committed change of their resources (inform.go); nil when none.
+	informers []*informer
+	// stopSimulator ends the simulated components attached by the manager's Simulator; nil when none.
+	stopSimulator func()
+	// instantRollouts: Deployments and DaemonSets report their rollouts at once (rollouts.go),
+	// unless a simulator runs their controllers.
+	instantRollouts bool
 	// expiry fires when the oldest event outlives the history's ttl, so an idle cluster does not keep
 	// old object versions alive; nil while the history is empty (no cost when idle for long).
 	expiry *time.Timer
@@ -76,6 +83,8 @@ func newCluster(name string, opts ClusterOptions, db *storage.DB) (*Cluster, err
 		version: opts.KubernetesVersion,
 		objs:    storage.NewObjects(name, storage.HistoryOptions{Limit: limit, TTL: ttl, MaxBytes: maxBytes}, db),
 		quota:   opts.StorageQuota,
+
+		instantRollouts: true,
 
 		podStopDelay: opts.PodStopDelay,
 	}
@@ -264,6 +273,7 @@ func (c *Cluster) storeLocked(gr schema.GroupResource, obj, old client.Object) {
 	}
 	c.indexOwners(gr, e.Key, obj)
 	c.emitted(e)
+	c.informLocked(gr, old, obj)
 	c.reactLocked(gr, old, obj)
 }
 
@@ -273,5 +283,6 @@ func (c *Cluster) eraseLocked(gr schema.GroupResource, old, last client.Object) 
 	e := c.objs.Delete(gr, old, last)
 	c.unindexOwners(gr, e.Key, old)
 	c.emitted(e)
+	c.informLocked(gr, old, nil)
 	c.reactLocked(gr, old, nil)
 }

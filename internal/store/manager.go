@@ -51,7 +51,19 @@ type Manager struct {
 	mu       sync.RWMutex
 	clusters map[string]*Cluster
 	db       *storage.DB // nil: memory only
+	sim      Simulator   // nil: nothing runs in the clusters besides the store's own reactions
 }
+
+// Simulator starts the simulated components of a workload cluster (package simulate): they
+// follow the cluster through Inform and write through its Client, as controllers would through
+// an API server. Start is called once the cluster's objects are created or loaded, the stop it
+// returns when the cluster is deleted.
+type Simulator interface {
+	Start(c *Cluster) (stop func())
+}
+
+// WithSimulator runs sim's components in every cluster of the manager.
+func WithSimulator(sim Simulator) ManagerOption { return func(m *Manager) { m.sim = sim } }
 
 // ManagerOption configures a Manager.
 type ManagerOption func(*Manager)
@@ -87,6 +99,9 @@ func (m *Manager) AddCluster(name string, opts ClusterOptions) (*Cluster, error)
 		return nil, err
 	}
 	m.clusters[name] = c
+	if m.sim != nil {
+		c.stopSimulator = m.sim.Start(c)
+	}
 	return c, nil
 }
 
@@ -105,6 +120,9 @@ func (m *Manager) DeleteCluster(name string) error {
 	delete(m.clusters, name)
 	m.mu.Unlock()
 	if ok {
+		if c.stopSimulator != nil {
+			c.stopSimulator()
+		}
 		c.close()
 	}
 	return m.dropState(name)
@@ -157,4 +175,19 @@ func (m *Manager) ClusterNames() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// Close stops every cluster's simulated components and ends its watches, keeping its state on
+// disk: what a process's end does, for tests that restart a manager on the same storage.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	clusters := m.clusters
+	m.clusters = map[string]*Cluster{}
+	m.mu.Unlock()
+	for _, c := range clusters {
+		if c.stopSimulator != nil {
+			c.stopSimulator()
+		}
+		c.close()
+	}
 }

@@ -81,7 +81,7 @@ const rolloutDelay = 100 * time.Millisecond
 // rolloutsSawLocked reacts to a committed change of a Deployment or DaemonSet: its rollout is
 // reported after rolloutDelay, from the object as it is then. Callers hold c.mu.
 func (c *Cluster) rolloutsSawLocked(gr schema.GroupResource, obj client.Object) {
-	if obj.GetDeletionTimestamp() != nil {
+	if !c.instantRollouts || obj.GetDeletionTimestamp() != nil {
 		return
 	}
 	key := storage.Key(obj.GetNamespace(), obj.GetName())
@@ -105,6 +105,9 @@ func (c *Cluster) reportRollout(gr schema.GroupResource, key string) {
 	if c.closed {
 		return
 	}
+	if !c.instantRollouts {
+		return
+	}
 	switch o := c.getLocked(gr, key).(type) {
 	case *appsv1.Deployment:
 		if next := deploymentRolledOut(o); next != nil && o.DeletionTimestamp == nil {
@@ -119,6 +122,9 @@ func (c *Cluster) reportRollout(gr schema.GroupResource, key string) {
 
 // nodesChangedLocked keeps every DaemonSet's counts at the number of Nodes. Callers hold c.mu.
 func (c *Cluster) nodesChangedLocked() {
+	if !c.instantRollouts {
+		return
+	}
 	nodes := int32(len(c.objs.Resource(nodesGR)))
 	for _, obj := range c.objs.Resource(daemonSetsGR) {
 		ds := obj.(*appsv1.DaemonSet)
@@ -126,5 +132,25 @@ func (c *Cluster) nodesChangedLocked() {
 			continue
 		}
 		c.rolloutsSawLocked(daemonSetsGR, ds)
+	}
+}
+
+// SetInstantRollouts turns the instant rollout reports on (the default) or off: off when a
+// simulator runs the deployment and daemonset controllers, whose status then comes from the pods
+// that exist. Turned on, every Deployment and DaemonSet is reported again.
+func (c *Cluster) SetInstantRollouts(on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.instantRollouts == on {
+		return
+	}
+	c.instantRollouts = on
+	if !on || c.closed {
+		return
+	}
+	for _, gr := range []schema.GroupResource{deploymentsGR, daemonSetsGR} {
+		for _, obj := range c.objs.Resource(gr) {
+			c.rolloutsSawLocked(gr, obj)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/version"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -181,8 +182,18 @@ func ClusterObjects(s ClusterSpec) []client.Object {
 					Spec: corev1.PodSpec{
 						PriorityClassName:  "system-cluster-critical",
 						ServiceAccountName: "coredns",
+						// As kubeadm's manifest: CoreDNS may run on control-plane nodes.
+						NodeSelector: map[string]string{"kubernetes.io/os": "linux"},
+						Tolerations: []corev1.Toleration{
+							{Key: "CriticalAddonsOnly", Operator: corev1.TolerationOpExists},
+							{Key: ControlPlaneNodeLabel, Effect: corev1.TaintEffectNoSchedule},
+						},
 						Containers: []corev1.Container{{
 							Name: "coredns", Image: coreDNSImage, Args: []string{"-conf", "/etc/coredns/Corefile"},
+							Resources: corev1.ResourceRequirements{
+								Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("70Mi")},
+								Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("170Mi")},
+							},
 							VolumeMounts: []corev1.VolumeMount{{Name: "config-volume", MountPath: "/etc/coredns", ReadOnly: true}},
 						}},
 						Volumes: []corev1.Volume{{Name: "config-volume", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -207,6 +218,9 @@ func ClusterObjects(s ClusterSpec) []client.Object {
 						PriorityClassName:  "system-node-critical",
 						ServiceAccountName: "kube-proxy",
 						HostNetwork:        true,
+						// As kubeadm's manifest: kube-proxy runs on every node, whatever its taints.
+						NodeSelector: map[string]string{"kubernetes.io/os": "linux"},
+						Tolerations:  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 						Containers: []corev1.Container{{
 							Name: "kube-proxy", Image: kubeProxyImage,
 							Command: []string{"/usr/local/bin/kube-proxy", "--config=/var/lib/kube-proxy/config.conf", "--hostname-override=$(NODE_NAME)"},

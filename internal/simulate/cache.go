@@ -1,0 +1,200 @@
+package simulate
+
+import (
+	"sync"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
+)
+
+var (
+	podsGR        = corev1.SchemeGroupVersion.WithResource("pods").GroupResource()
+	nodesGR       = corev1.SchemeGroupVersion.WithResource("nodes").GroupResource()
+	replicaSetsGR = appsv1.SchemeGroupVersion.WithResource("replicasets").GroupResource()
+	deploymentsGR = appsv1.SchemeGroupVersion.WithResource("deployments").GroupResource()
+	daemonSetsGR  = appsv1.SchemeGroupVersion.WithResource("daemonsets").GroupResource()
+	pdbsGR        = policyv1.SchemeGroupVersion.WithResource("poddisruptionbudgets").GroupResource()
+)
+
+// cache is a cluster's informer cache, shared by its controllers: the stored objects of the
+// watched kinds (the store's own immutable objects, never copies: nobody may modify them), with
+// the indexes the controllers look up. The store's informer keeps it, under the store's lock,
+// before any controller hears of a change, so a controller's read after its own write sees it.
+type cache struct {
+	mu   sync.RWMutex
+	objs map[schema.GroupResource]map[string]client.Object // by namespace/name
+	// podsByNode: pods bound to each node, by key.
+	podsByNode map[string]map[string]*corev1.Pod
+	// podsByNamespace: every pod, by namespace and key (selectors look there).
+	podsByNamespace map[string]map[string]*corev1.Pod
+	// byController: objects by their controller's UID.
+	byController map[types.UID]map[objKey]bool
+}
+
+type objKey struct {
+	gr  schema.GroupResource
+	key string
+}
+
+func newCache() *cache {
+	return &cache{
+		objs:            map[schema.GroupResource]map[string]client.Object{},
+		podsByNode:      map[string]map[string]*corev1.Pod{},
+		podsByNamespace: map[string]map[string]*corev1.Pod{},
+		byController:    map[types.UID]map[objKey]bool{},
+	}
+}
+
+func keyOf(obj client.Object) string {
+	if ns := obj.GetNamespace(); ns != "" {
+		return ns + "/" + obj.GetName()
+	}
+	return obj.GetName()
+}
+
+// apply records a committed change.
+func (c *cache) apply(ch store.Change) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ch.Old != nil {
+		c.unindex(ch.Resource, ch.Old)
+	}
+	m := c.objs[ch.Resource]
+	if ch.New == nil {
+		delete(m, keyOf(ch.Old))
+		return
+	}
+	if m == nil {
+		m = map[string]client.Object{}
+		c.objs[ch.Resource] = m
+	}
+	m[keyOf(ch.New)] = ch.New
+	c.index(ch.Resource, ch.New)
+}
+
+func (c *cache) index(gr schema.GroupResource, obj client.Object) {
+	key := keyOf(obj)
+	if pod, ok := obj.(*corev1.Pod); ok {
+		addTo(c.podsByNamespace, pod.Namespace, key, pod)
+		if pod.Spec.NodeName != "" {
+			addTo(c.podsByNode, pod.Spec.NodeName, key, pod)
+		}
+	}
+	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
+		set := c.byController[ref.UID]
+		if set == nil {
+			set = map[objKey]bool{}
+			c.byController[ref.UID] = set
+		}
+		set[objKey{gr, key}] = true
+	}
+}
+
+func (c *cache) unindex(gr schema.GroupResource, obj client.Object) {
+	key := keyOf(obj)
+	if pod, ok := obj.(*corev1.Pod); ok {
+		removeFrom(c.podsByNamespace, pod.Namespace, key)
+		if pod.Spec.NodeName != "" {
+			removeFrom(c.podsByNode, pod.Spec.NodeName, key)
+		}
+	}
+	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
+		if set := c.byController[ref.UID]; set != nil {
+			delete(set, objKey{gr, key})
+			if len(set) == 0 {
+				delete(c.byController, ref.UID)
+			}
+		}
+	}
+}
+
+func addTo[V any](m map[string]map[string]V, outer, key string, v V) {
+	inner := m[outer]
+	if inner == nil {
+		inner = map[string]V{}
+		m[outer] = inner
+	}
+	inner[key] = v
+}
+
+func removeFrom[V any](m map[string]map[string]V, outer, key string) {
+	if inner := m[outer]; inner != nil {
+		delete(inner, key)
+		if len(inner) == 0 {
+			delete(m, outer)
+		}
+	}
+}
+
+// get returns the cached object, nil when there is none.
+func (c *cache) get(gr schema.GroupResource, key string) client.Object {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.objs[gr][key]
+}
+
+// list returns every cached object of a kind.
+func (c *cache) list(gr schema.GroupResource) []client.Object {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]client.Object, 0, len(c.objs[gr]))
+	for _, o := range c.objs[gr] {
+		out = append(out, o)
+	}
+	return out
+}
+
+// owned returns the objects of kind gr whose controller has the UID.
+func (c *cache) owned(gr schema.GroupResource, uid types.UID) []client.Object {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []client.Object
+	for k := range c.byController[uid] {
+		if k.gr == gr {
+			if o := c.objs[gr][k.key]; o != nil {
+				out = append(out, o)
+			}
+		}
+	}
+	return out
+}
+
+// podsOn returns the pods bound to a node.
+func (c *cache) podsOn(node string) []*corev1.Pod {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]*corev1.Pod, 0, len(c.podsByNode[node]))
+	for _, p := range c.podsByNode[node] {
+		out = append(out, p)
+	}
+	return out
+}
+
+// podsIn returns the pods of a namespace.
+func (c *cache) podsIn(namespace string) []*corev1.Pod {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]*corev1.Pod, 0, len(c.podsByNamespace[namespace]))
+	for _, p := range c.podsByNamespace[namespace] {
+		out = append(out, p)
+	}
+	return out
+}
+
+// nodes returns every Node.
+func (c *cache) nodes() []*corev1.Node {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]*corev1.Node, 0, len(c.objs[nodesGR]))
+	for _, o := range c.objs[nodesGR] {
+		out = append(out, o.(*corev1.Node))
+	}
+	return out
+}

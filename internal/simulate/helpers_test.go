@@ -1,0 +1,150 @@
+package simulate_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/apiserver"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/testenv"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/workload"
+)
+
+const testVersion = "v1.36.3"
+
+// env is one simulated workload cluster with workloads on, served over plain HTTP on 127.0.0.1.
+type env struct {
+	t       *testing.T
+	manager *store.Manager
+	cluster *store.Cluster
+	client  client.Client // in-process, as Goofy's machine controller writes Nodes
+	server  *httptest.Server
+	cs      *kubernetes.Clientset
+}
+
+// newEnv starts a cluster; db, when set, keeps its state (for restarts).
+func newEnv(t *testing.T, db *storage.DB) *env {
+	t.Helper()
+	opts := []store.ManagerOption{store.WithSimulator(simulate.New(simulate.Options{Workloads: true, PodStartDelay: 200 * time.Millisecond}))}
+	if db != nil {
+		opts = append(opts, store.WithStorage(db))
+	}
+	m := store.NewManager(opts...)
+	c, err := m.AddCluster("test", store.ClusterOptions{KubernetesVersion: testVersion, PodStopDelay: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, manager: m, cluster: c, client: c.Client()}
+	e.server = httptest.NewServer(apiserver.NewHandler(c, apiserver.Options{}))
+	t.Cleanup(e.stop)
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: e.server.URL, QPS: -1, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.cs = cs
+	return e
+}
+
+// stop ends the cluster's simulators and server, keeping its state on disk (a restart).
+func (e *env) stop() {
+	if e.server == nil {
+		return
+	}
+	e.server.CloseClientConnections()
+	e.server.Close()
+	e.server = nil
+	if e.manager.Durable() {
+		e.manager.Close() // the state stays on disk: a new manager loads it again
+		return
+	}
+	_ = e.manager.DeleteCluster("test")
+}
+
+// addNode registers a Ready node as the machine controller does (control-plane nodes keep
+// their NoSchedule taint; the uninitialized taint is gone, as CAPI removes it).
+func (e *env) addNode(name, ip string, controlPlane bool) {
+	e.t.Helper()
+	n := workload.Node(workload.NodeSpec{Name: name, ProviderID: "goofy://" + name, KubeletVersion: testVersion,
+		InternalIP: ip, ControlPlane: controlPlane, Ready: true}, metav1.Now())
+	var taints []corev1.Taint
+	for _, tn := range n.Spec.Taints {
+		if tn.Key != workload.UninitializedTaint.Key {
+			taints = append(taints, tn)
+		}
+	}
+	n.Spec.Taints = taints
+	status := n.Status
+	if err := e.client.Create(context.Background(), n); err != nil {
+		e.t.Fatal(err)
+	}
+	// The node IPAM controller may write the node meanwhile: retry on conflicts, as kubelet does.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := e.client.Get(context.Background(), client.ObjectKeyFromObject(n), n); err != nil {
+			return err
+		}
+		n.Status = status
+		return e.client.Status().Update(context.Background(), n)
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// addKubeadmObjects creates what kubeadm puts in a new cluster (kubeadm-config with the pod
+// subnet CAPI's templates use, CoreDNS, kube-proxy, RBAC), as Goofy's machine controller does.
+func (e *env) addKubeadmObjects() {
+	e.t.Helper()
+	for _, obj := range workload.ClusterObjects(workload.ClusterSpec{ClusterName: "test", KubernetesVersion: testVersion,
+		ControlPlaneEndpoint: "127.0.0.1:6443", PodSubnet: "192.168.0.0/16"}) {
+		if err := e.client.Create(context.Background(), obj); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// kubectl runs the real kubectl against the cluster and returns its stdout; it fails the test
+// when the exit status is not the one wanted.
+func (e *env) kubectl(success bool, stdin string, args ...string) string {
+	e.t.Helper()
+	bin, ok := testenv.Binary("kubectl")
+	if !ok {
+		e.t.Skip("kubectl binary not found (run hack/envtest.sh)")
+	}
+	home := e.t.TempDir()
+	kc := filepath.Join(home, "kubeconfig")
+	cfg := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: %s}\ncontexts:\n- name: c\n  context: {cluster: c, user: u, namespace: default}\ncurrent-context: c\nusers:\n- name: u\n  user: {}\n", e.server.URL)
+	if err := os.WriteFile(kc, []byte(cfg), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", kc, "--cache-dir", filepath.Join(home, "cache")}, args...)...)
+	cmd.Env = append(os.Environ(), "HOME="+home)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	start := time.Now()
+	defer func() { e.t.Logf("kubectl %s: %s", strings.Join(args, " "), time.Since(start)) }()
+	if err := cmd.Run(); (err == nil) != success {
+		e.t.Fatalf("kubectl %s: %v (want success=%t)\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, success, out.String(), errOut.String())
+	}
+	return out.String()
+}

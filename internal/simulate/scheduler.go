@@ -1,0 +1,251 @@
+package simulate
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
+)
+
+// scheduler is kube-scheduler's default profile, reduced to the plugins whose effect a client
+// sees: it binds each pending pod (through pods/binding, as upstream) to a node that fits it
+// (NodeUnschedulable, NodeAffinity with nodeSelector, TaintToleration, NodeResourcesFit for
+// cpu, memory and the pod count) and prefers the least-requested one. A pod that fits nowhere
+// gets PodScheduled=False, reason Unschedulable, with upstream's message and a FailedScheduling
+// event, and is tried again when a node or a pod changes.
+type scheduler struct {
+	c   *cluster
+	idx int
+	// unschedulable are the pods that fit nowhere at their last try; they are queued again when
+	// the cluster changes in a way that may make room.
+	unschedulable map[string]bool
+}
+
+func newScheduler(c *cluster, idx int) *scheduler {
+	return &scheduler{c: c, idx: idx, unschedulable: map[string]bool{}}
+}
+
+func (s *scheduler) resources() []schema.GroupResource {
+	return []schema.GroupResource{podsGR, nodesGR}
+}
+
+func needsScheduling(p *corev1.Pod) bool {
+	return p.Spec.NodeName == "" && p.DeletionTimestamp == nil && !isTerminal(p) &&
+		p.Spec.SchedulerName == corev1.DefaultSchedulerName && len(p.Spec.SchedulingGates) == 0
+}
+
+// observe runs under the store's lock, as every observe; unschedulable is only touched here and
+// in sync's bookkeeping below under the cluster's queue lock.
+func (s *scheduler) observe(ch store.Change) {
+	if pod, ok := ch.New.(*corev1.Pod); ok {
+		if needsScheduling(pod) {
+			s.c.enqueue(s.idx, keyOf(pod))
+			return
+		}
+		old, _ := ch.Old.(*corev1.Pod)
+		// A pod that leaves a node (terminating, finished) may make room.
+		if old != nil && old.Spec.NodeName != "" && isActive(old) && !isActive(pod) {
+			s.retryUnschedulable()
+		}
+		return
+	}
+	if old, ok := ch.Old.(*corev1.Pod); ok && ch.New == nil && old.Spec.NodeName != "" {
+		s.retryUnschedulable()
+		return
+	}
+	if _, ok := ch.New.(*corev1.Node); ok {
+		s.retryUnschedulable()
+	}
+}
+
+func (s *scheduler) retryUnschedulable() {
+	s.c.mu.Lock()
+	keys := make([]string, 0, len(s.unschedulable))
+	for k := range s.unschedulable {
+		keys = append(keys, k)
+	}
+	clear(s.unschedulable)
+	s.c.mu.Unlock()
+	for _, k := range keys {
+		s.c.enqueue(s.idx, k)
+	}
+}
+
+func (s *scheduler) sync(ctx context.Context, key string) error {
+	pod, _ := s.c.cache.get(podsGR, key).(*corev1.Pod)
+	if pod == nil || !needsScheduling(pod) {
+		return nil
+	}
+	node, reasons, total := s.pick(pod)
+	if node == "" {
+		s.c.mu.Lock()
+		s.unschedulable[key] = true
+		s.c.mu.Unlock()
+		return s.failed(ctx, pod, fitError(reasons, total))
+	}
+	return s.c.client.SubResource("binding").Create(ctx, pod, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
+		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
+	})
+}
+
+// pick returns the best node for the pod, or the reasons each node was filtered out for.
+func (s *scheduler) pick(pod *corev1.Pod) (string, map[string]int, int) {
+	nodes := s.c.cache.nodes()
+	req := podRequests(&pod.Spec)
+	reasons := map[string]int{}
+	best, bestScore, bestPods := "", -1.0, 0
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	for _, node := range nodes {
+		if node.DeletionTimestamp != nil {
+			continue
+		}
+		reason, score, pods := s.fit(pod, req, node)
+		if reason != "" {
+			for _, r := range strings.Split(reason, "\n") {
+				reasons[r]++
+			}
+			continue
+		}
+		if score > bestScore || score == bestScore && pods < bestPods {
+			best, bestScore, bestPods = node.Name, score, pods
+		}
+	}
+	return best, reasons, len(nodes)
+}
+
+// fit filters a node as the default plugins do and scores it as NodeResourcesFit's
+// LeastAllocated does: the mean share of cpu and memory left free once the pod is on it.
+func (s *scheduler) fit(pod *corev1.Pod, req corev1.ResourceList, node *corev1.Node) (string, float64, int) {
+	if node.Spec.Unschedulable && !tolerates(pod.Spec.Tolerations, &corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}) {
+		return "node(s) were unschedulable", 0, 0
+	}
+	if !matchesNode(&pod.Spec, node) {
+		return "node(s) didn't match Pod's node affinity/selector", 0, 0
+	}
+	for i := range node.Spec.Taints {
+		t := &node.Spec.Taints[i]
+		if t.Effect != corev1.TaintEffectNoSchedule && t.Effect != corev1.TaintEffectNoExecute {
+			continue
+		}
+		if !tolerates(pod.Spec.Tolerations, t) {
+			return fmt.Sprintf("node(s) had untolerated taint {%s: %s}", t.Key, t.Value), 0, 0
+		}
+	}
+	used := corev1.ResourceList{}
+	pods := 0
+	for _, p := range s.c.cache.podsOn(node.Name) {
+		if isTerminal(p) {
+			continue
+		}
+		pods++
+		addResources(used, podRequests(&p.Spec))
+	}
+	alloc := node.Status.Allocatable
+	var insufficient []string
+	if maxPods, ok := alloc[corev1.ResourcePods]; ok && int64(pods+1) > maxPods.Value() {
+		insufficient = append(insufficient, "Too many pods")
+	}
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage} {
+		want := quantity(req, name)
+		if want.IsZero() {
+			continue
+		}
+		have := quantity(alloc, name)
+		left := have.DeepCopy()
+		u := quantity(used, name)
+		left.Sub(u)
+		if want.Cmp(left) > 0 {
+			insufficient = append(insufficient, "Insufficient "+string(name))
+		}
+	}
+	if len(insufficient) > 0 {
+		return strings.Join(insufficient, "\n"), 0, 0
+	}
+	score := 0.0
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		have := quantity(alloc, name)
+		if have.IsZero() {
+			continue
+		}
+		u := quantity(used, name)
+		w := quantity(req, name)
+		// Requests left unset count as upstream's non-zero defaults: 100m cpu, 200Mi memory.
+		nz := nonZero(name, &w)
+		free := float64(have.MilliValue()-u.MilliValue()-nz) / float64(have.MilliValue())
+		score += free / 2
+	}
+	return "", score, pods
+}
+
+func nonZero(name corev1.ResourceName, q interface{ MilliValue() int64 }) int64 {
+	if v := q.MilliValue(); v > 0 {
+		return v
+	}
+	if name == corev1.ResourceCPU {
+		return 100
+	}
+	return 200 * 1024 * 1024 * 1000
+}
+
+// fitError is kube-scheduler's message for a pod that fits no node.
+func fitError(reasons map[string]int, total int) string {
+	if total == 0 {
+		return "no nodes available to schedule pods"
+	}
+	var parts, preemption []string
+	notHelpful, noVictims := 0, 0
+	for r, n := range reasons {
+		parts = append(parts, fmt.Sprintf("%d %s", n, r))
+		if strings.HasPrefix(r, "Insufficient") || r == "Too many pods" {
+			noVictims += n
+		} else {
+			notHelpful += n
+		}
+	}
+	sort.Strings(parts)
+	if notHelpful > 0 {
+		preemption = append(preemption, fmt.Sprintf("%d Preemption is not helpful for scheduling", notHelpful))
+	}
+	if noVictims > 0 {
+		preemption = append(preemption, fmt.Sprintf("%d No preemption victims found for incoming pod", noVictims))
+	}
+	return fmt.Sprintf("0/%d nodes are available: %s. preemption: 0/%d nodes are available: %s.",
+		total, strings.Join(parts, ", "), total, strings.Join(preemption, ", "))
+}
+
+// failed records an unschedulable pod as kube-scheduler does: the PodScheduled condition and a
+// FailedScheduling event (only when the message changes, so a retry does not pile events up).
+func (s *scheduler) failed(ctx context.Context, pod *corev1.Pod, message string) error {
+	if c := podCondition(pod, corev1.PodScheduled); c != nil && c.Status == corev1.ConditionFalse && c.Message == message {
+		return nil
+	}
+	next := pod.DeepCopy()
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	setCondition(&next.Status, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+		Reason: corev1.PodReasonUnschedulable, Message: message, LastTransitionTime: now})
+	if err := s.c.client.Status().Update(ctx, next); err != nil {
+		return err
+	}
+	ev := &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Namespace: pod.Namespace, GenerateName: pod.Name + "."},
+		EventTime:           metav1.NewMicroTime(time.Now()),
+		ReportingController: corev1.DefaultSchedulerName,
+		ReportingInstance:   corev1.DefaultSchedulerName,
+		Action:              "Scheduling",
+		Reason:              "FailedScheduling",
+		Regarding:           corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, APIVersion: "v1", ResourceVersion: pod.ResourceVersion},
+		Note:                message,
+		Type:                corev1.EventTypeWarning,
+	}
+	_ = s.c.client.Create(ctx, ev) // best effort, as the event recorder
+	return nil
+}

@@ -1,0 +1,163 @@
+package simulate_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const deploymentManifest = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 6
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: nginx
+        image: nginx:1.27
+        resources:
+          requests: {cpu: 100m, memory: 64Mi}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: web
+spec:
+  minAvailable: 5
+  selector:
+    matchLabels: {app: web}
+`
+
+func webPods(g Gomega, e *env) []corev1.Pod {
+	list, err := e.cs.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: "app=web"})
+	g.Expect(err).NotTo(HaveOccurred())
+	return list.Items
+}
+
+// TestDeploymentRollsOutThroughKubectl: a Deployment and its budget applied with kubectl get
+// a ReplicaSet, six pods that the scheduler spreads over the two workers (the control-plane
+// node's taint keeps them off it), that the kubelets run with IPs from their nodes' podCIDRs,
+// and `kubectl rollout status` returns; evictions respect the budget; `rollout restart` and
+// `rollout undo` roll the pods over and back.
+func TestDeploymentRollsOutThroughKubectl(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t, nil)
+	var dep *appsv1.Deployment
+	e.addNode("cp-0", "10.0.0.10", true)
+	e.addKubeadmObjects()
+	e.addNode("worker-0", "10.0.0.20", false)
+	e.addNode("worker-1", "10.0.0.21", false)
+
+	// kubeadm's add-ons come up: kube-proxy on every node (it tolerates every taint), CoreDNS.
+	e.kubectl(true, "", "-n", "kube-system", "rollout", "status", "daemonset/kube-proxy", "--timeout=60s")
+	e.kubectl(true, "", "-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=60s")
+	proxies, err := e.cs.CoreV1().Pods("kube-system").List(context.Background(), metav1.ListOptions{LabelSelector: "k8s-app=kube-proxy"})
+	g.Expect(err).NotTo(HaveOccurred())
+	proxyNodes := map[string]bool{}
+	for _, p := range proxies.Items {
+		g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
+		g.Expect(p.Spec.HostNetwork).To(BeTrue())
+		g.Expect(p.Status.PodIP).To(Equal(p.Status.HostIP), "a host-network pod has its node's address")
+		proxyNodes[p.Spec.NodeName] = true
+	}
+	g.Expect(proxyNodes).To(HaveLen(3), "one kube-proxy per node, the control-plane node included")
+
+	e.kubectl(true, deploymentManifest, "apply", "-f", "-")
+	e.kubectl(true, "", "rollout", "status", "deployment/web", "--timeout=60s")
+
+	pods := webPods(g, e)
+	g.Expect(pods).To(HaveLen(6))
+	perNode := map[string]int{}
+	ips := map[string]bool{}
+	for _, p := range pods {
+		g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), p.Name)
+		g.Expect(p.Spec.NodeName).To(HavePrefix("worker-"), "the control-plane taint is not tolerated")
+		g.Expect(p.Status.PodIP).To(HavePrefix("192.168."), "from the node's podCIDR in kubeadm's pod subnet")
+		g.Expect(p.Status.HostIP).To(HavePrefix("10.0.0.2"))
+		g.Expect(p.Status.QOSClass).To(Equal(corev1.PodQOSBurstable))
+		g.Expect(p.Status.ContainerStatuses).To(HaveLen(1))
+		g.Expect(p.Status.ContainerStatuses[0].Ready).To(BeTrue())
+		g.Expect(p.Status.ContainerStatuses[0].ImageID).To(HavePrefix("docker.io/library/nginx@sha256:"))
+		g.Expect(p.Labels).To(HaveKey(appsv1.DefaultDeploymentUniqueLabelKey))
+		perNode[p.Spec.NodeName]++
+		ips[p.Status.PodIP] = true
+	}
+	g.Expect(perNode).To(HaveLen(2), "spread over both workers")
+	g.Expect(perNode["worker-0"]).To(BeNumerically(">=", 2), "least-requested spreading")
+	g.Expect(perNode["worker-1"]).To(BeNumerically(">=", 2), "least-requested spreading")
+	g.Expect(ips).To(HaveLen(6), "every pod has its own IP")
+
+	dep, err = e.cs.AppsV1().Deployments("default").Get(context.Background(), "web", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(dep.Annotations).To(HaveKeyWithValue("deployment.kubernetes.io/revision", "1"))
+	g.Expect(dep.Status.AvailableReplicas).To(BeEquivalentTo(6))
+
+	// The disruption controller keeps the budget current: one disruption allowed.
+	g.Eventually(func(g Gomega) {
+		pdb, err := e.cs.PolicyV1().PodDisruptionBudgets("default").Get(context.Background(), "web", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pdb.Status.ObservedGeneration).To(Equal(pdb.Generation))
+		g.Expect(pdb.Status.CurrentHealthy).To(BeEquivalentTo(6))
+		g.Expect(pdb.Status.DesiredHealthy).To(BeEquivalentTo(5))
+		g.Expect(pdb.Status.ExpectedPods).To(BeEquivalentTo(6))
+		g.Expect(pdb.Status.DisruptionsAllowed).To(BeEquivalentTo(1))
+	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+
+	// Two evictions at once: the first is allowed, the second would break the budget.
+	evict := func(name string) error {
+		return e.cs.PolicyV1().Evictions("default").Evict(context.Background(), &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}})
+	}
+	g.Expect(evict(pods[0].Name)).To(Succeed())
+	err = evict(pods[1].Name)
+	g.Expect(apierrors.IsTooManyRequests(err)).To(BeTrue(), "%v", err)
+	// The ReplicaSet replaces the evicted pod; then the budget allows one disruption again.
+	e.kubectl(true, "", "rollout", "status", "deployment/web", "--timeout=60s")
+	g.Eventually(func(g Gomega) {
+		g.Expect(evict(pods[1].Name)).To(Succeed())
+	}, 20*time.Second, 100*time.Millisecond).Should(Succeed())
+
+	// A restart rolls every pod over within maxSurge/maxUnavailable; undo goes back.
+	e.kubectl(true, "", "rollout", "restart", "deployment/web")
+	e.kubectl(true, "", "rollout", "status", "deployment/web", "--timeout=60s")
+	g.Expect(webPods(g, e)).To(ContainElement(HaveField("ObjectMeta.Annotations", HaveKey("kubectl.kubernetes.io/restartedAt"))))
+	for _, p := range webPods(g, e) {
+		if p.DeletionTimestamp == nil {
+			g.Expect(p.Annotations).To(HaveKey("kubectl.kubernetes.io/restartedAt"), "every live pod is of the new template")
+		}
+	}
+	out := e.kubectl(true, "", "rollout", "history", "deployment/web")
+	g.Expect(out).To(ContainSubstring("1 "))
+	g.Expect(out).To(ContainSubstring("2 "))
+	rsList, err := e.cs.AppsV1().ReplicaSets("default").List(context.Background(), metav1.ListOptions{LabelSelector: "app=web"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(rsList.Items).To(HaveLen(2))
+	e.kubectl(true, "", "rollout", "undo", "deployment/web")
+	e.kubectl(true, "", "rollout", "status", "deployment/web", "--timeout=60s")
+	dep, err = e.cs.AppsV1().Deployments("default").Get(context.Background(), "web", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(dep.Annotations).To(HaveKeyWithValue("deployment.kubernetes.io/revision", "3"))
+	g.Expect(dep.Spec.Template.Annotations).NotTo(HaveKey("kubectl.kubernetes.io/restartedAt"))
+	g.Eventually(func(g Gomega) {
+		running := 0
+		for _, p := range webPods(g, e) {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+				g.Expect(p.Annotations).NotTo(HaveKey("kubectl.kubernetes.io/restartedAt"))
+				running++
+			}
+		}
+		g.Expect(running).To(Equal(6))
+	}, 20*time.Second, 100*time.Millisecond).Should(Succeed())
+}

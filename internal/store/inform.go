@@ -1,0 +1,73 @@
+package store
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
+)
+
+// Change is one committed change of a stored object, as a watch event carries it: Old is nil for
+// a creation, New is nil for a removal. Both are the stored objects themselves, shared with
+// every reader: whoever gets them must not modify them.
+type Change struct {
+	Resource schema.GroupResource
+	Old, New client.Object
+}
+
+// ChangeHandler receives a cluster's committed changes in commit order, while the cluster's
+// lock is held (in-process and HTTP writes alike): it must be quick and must not call the
+// cluster. Simulated controllers use it as an informer's event handler: update a cache, queue
+// a key, and do the work later, outside the lock.
+type ChangeHandler func(Change)
+
+// informer is one Inform registration.
+type informer struct {
+	resources map[schema.GroupResource]bool
+	handle    ChangeHandler
+}
+
+// Inform hands h every current object of the resources as a creation, then every committed
+// change of them, until the returned stop is called (after which h is not called again). The
+// two are one atomic step under the cluster's lock, so h misses nothing and sees nothing twice,
+// like an informer's list and watch. A closed cluster informs nothing.
+func (c *Cluster) Inform(resources []schema.GroupResource, h ChangeHandler) (stop func()) {
+	inf := &informer{resources: map[schema.GroupResource]bool{}, handle: h}
+	for _, gr := range resources {
+		inf.resources[gr] = true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return func() {}
+	}
+	for _, gr := range resources {
+		m := c.objs.Resource(gr)
+		for _, key := range storage.Keys(m, "") {
+			h(Change{Resource: gr, New: m[key]})
+		}
+	}
+	c.informers = append(c.informers, inf)
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, x := range c.informers {
+			if x == inf {
+				c.informers = append(c.informers[:i:i], c.informers[i+1:]...)
+				break
+			}
+		}
+		if len(c.informers) == 0 {
+			c.informers = nil
+		}
+	}
+}
+
+// informLocked passes a committed change to the informers of its resource. Callers hold c.mu.
+func (c *Cluster) informLocked(gr schema.GroupResource, old, obj client.Object) {
+	for _, inf := range c.informers {
+		if inf.resources[gr] {
+			inf.handle(Change{Resource: gr, Old: old, New: obj})
+		}
+	}
+}
