@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -81,8 +82,22 @@ func (e *env) stop() {
 // their NoSchedule taint; the uninitialized taint is gone, as CAPI removes it).
 func (e *env) addNode(name, ip string, controlPlane bool) {
 	e.t.Helper()
-	n := workload.Node(workload.NodeSpec{Name: name, ProviderID: "goofy://" + name, KubeletVersion: testVersion,
-		InternalIP: ip, ControlPlane: controlPlane, Ready: true}, metav1.Now())
+	e.addNodeWith(workload.NodeSpec{Name: name, ProviderID: "goofy://" + name, KubeletVersion: testVersion,
+		InternalIP: ip, ControlPlane: controlPlane, Ready: true})
+}
+
+// addBigNode registers a worker with 8 CPUs.
+func (e *env) addBigNode(name, ip string) {
+	e.t.Helper()
+	capacity := workload.DefaultCapacity()
+	capacity[corev1.ResourceCPU] = resource.MustParse("8")
+	e.addNodeWith(workload.NodeSpec{Name: name, ProviderID: "goofy://" + name, KubeletVersion: testVersion,
+		InternalIP: ip, Capacity: capacity, Ready: true})
+}
+
+func (e *env) addNodeWith(spec workload.NodeSpec) {
+	e.t.Helper()
+	n := workload.Node(spec, metav1.Now())
 	var taints []corev1.Taint
 	for _, tn := range n.Spec.Taints {
 		if tn.Key != workload.UninitializedTaint.Key {

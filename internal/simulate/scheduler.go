@@ -212,12 +212,14 @@ func fitError(reasons map[string]int, total int) string {
 		}
 	}
 	sort.Strings(parts)
+	// Both histograms are sorted as strings, as upstream's FitError and preemption messages.
 	if notHelpful > 0 {
 		preemption = append(preemption, fmt.Sprintf("%d Preemption is not helpful for scheduling", notHelpful))
 	}
 	if noVictims > 0 {
 		preemption = append(preemption, fmt.Sprintf("%d No preemption victims found for incoming pod", noVictims))
 	}
+	sort.Strings(preemption)
 	return fmt.Sprintf("0/%d nodes are available: %s. preemption: 0/%d nodes are available: %s.",
 		total, strings.Join(parts, ", "), total, strings.Join(preemption, ", "))
 }
@@ -236,7 +238,8 @@ func (s *scheduler) failed(ctx context.Context, pod *corev1.Pod, message string)
 		return err
 	}
 	ev := &eventsv1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Namespace: pod.Namespace, GenerateName: pod.Name + "."},
+		// Named as client-go's event recorder names events: the object's name and the time.
+		ObjectMeta:          metav1.ObjectMeta{Namespace: pod.Namespace, Name: fmt.Sprintf("%s.%x", pod.Name, time.Now().UnixNano())},
 		EventTime:           metav1.NewMicroTime(time.Now()),
 		ReportingController: corev1.DefaultSchedulerName,
 		ReportingInstance:   corev1.DefaultSchedulerName,

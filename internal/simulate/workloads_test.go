@@ -10,7 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
 
 const deploymentManifest = `apiVersion: apps/v1
@@ -160,4 +164,90 @@ func TestDeploymentRollsOutThroughKubectl(t *testing.T) {
 		}
 		g.Expect(running).To(Equal(6))
 	}, 20*time.Second, 100*time.Millisecond).Should(Succeed())
+}
+
+// TestWorkloadsResumeAfterRestart: a cluster restored from its state on disk keeps its pods
+// (same UIDs, same IPs, still Running), and its controllers pick up where they were.
+func TestWorkloadsResumeAfterRestart(t *testing.T) {
+	g := NewWithT(t)
+	db, err := storage.Open(t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = db.Close() })
+
+	e := newEnv(t, db)
+	e.addKubeadmObjects()
+	e.addNode("worker-0", "10.0.0.20", false)
+	e.addNode("worker-1", "10.0.0.21", false)
+	e.kubectl(true, deploymentManifest, "apply", "-f", "-")
+	e.kubectl(true, "", "rollout", "status", "deployment/web", "--timeout=60s")
+	before := map[types.UID]string{}
+	for _, p := range webPods(g, e) {
+		before[p.UID] = p.Status.PodIP
+	}
+	g.Expect(before).To(HaveLen(6))
+	e.stop()
+
+	e = newEnv(t, db)
+	// Nothing moves on its own: the same pods run with the same addresses.
+	g.Consistently(func(g Gomega) {
+		after := map[types.UID]string{}
+		for _, p := range webPods(g, e) {
+			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
+			after[p.UID] = p.Status.PodIP
+		}
+		g.Expect(after).To(Equal(before))
+	}, time.Second, 100*time.Millisecond).Should(Succeed())
+	// And the controllers go on: a scale-up rolls out.
+	e.kubectl(true, "", "scale", "deployment/web", "--replicas=8")
+	e.kubectl(true, "", "rollout", "status", "deployment/web", "--timeout=60s")
+	g.Expect(webPods(g, e)).To(HaveLen(8))
+}
+
+// TestUnschedulablePodsWait: a pod that fits no node stays Pending with kube-scheduler's
+// condition and event, and is scheduled once a node with room registers; a pod naming a node
+// that does not exist stays Pending.
+func TestUnschedulablePodsWait(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t, nil)
+	e.addNode("cp-0", "10.0.0.10", true)
+	e.addNode("worker-0", "10.0.0.20", false)
+	e.addKubeadmObjects()
+	ctx := context.Background()
+	big := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: "default"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+		Name: "c", Image: "busybox", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}}}}
+	_, err := e.cs.CoreV1().Pods("default").Create(ctx, big, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	ghost := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ghost", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "nowhere",
+		Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+	_, err = e.cs.CoreV1().Pods("default").Create(ctx, ghost, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	want := "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {node-role.kubernetes.io/control-plane: }. " +
+		"preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, 1 Preemption is not helpful for scheduling."
+	g.Eventually(func(g Gomega) {
+		p, err := e.cs.CoreV1().Pods("default").Get(ctx, "big", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(p.Status.Phase).To(Equal(corev1.PodPending))
+		g.Expect(p.Status.Conditions).To(ContainElement(And(
+			HaveField("Type", corev1.PodScheduled), HaveField("Status", corev1.ConditionFalse),
+			HaveField("Reason", corev1.PodReasonUnschedulable), HaveField("Message", want))))
+	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		events, err := e.cs.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(events.Items).To(ContainElement(And(HaveField("Reason", "FailedScheduling"), HaveField("Note", want),
+			HaveField("Regarding.Name", "big"), HaveField("Type", corev1.EventTypeWarning))))
+	}, 5*time.Second, 50*time.Millisecond).Should(Succeed())
+
+	// A bigger node registers: the pod is scheduled there and runs.
+	e.addBigNode("worker-big", "10.0.0.30")
+	g.Eventually(func(g Gomega) {
+		p, err := e.cs.CoreV1().Pods("default").Get(ctx, "big", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(p.Spec.NodeName).To(Equal("worker-big"))
+		g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
+	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+	p, err := e.cs.CoreV1().Pods("default").Get(ctx, "ghost", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.Status.Phase).To(Equal(corev1.PodPending), "no kubelet runs for a node that does not exist")
 }
