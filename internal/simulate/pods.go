@@ -115,14 +115,6 @@ func addResources(into, add corev1.ResourceList) {
 	}
 }
 
-// qosClass computes a pod's QoS class (kinds sets it at creation; this reads it back).
-func qosClass(p *corev1.Pod) corev1.PodQOSClass {
-	if p.Status.QOSClass != "" {
-		return p.Status.QOSClass
-	}
-	return corev1.PodQOSBestEffort
-}
-
 // tolerates reports whether the tolerations tolerate the taint.
 func tolerates(tolerations []corev1.Toleration, taint *corev1.Taint) bool {
 	for i := range tolerations {

@@ -45,8 +45,10 @@ func (c *Cluster) Bind(namespace string, binding *corev1.Binding, opts CreateOpt
 		var refused error
 		switch {
 		case binding.UID != "" && binding.UID != pod.UID:
+			//lint:ignore ST1005 upstream's message
 			refused = fmt.Errorf("Precondition failed: UID in precondition: %v, UID in object meta: %v", binding.UID, pod.UID)
 		case binding.ResourceVersion != "" && binding.ResourceVersion != pod.ResourceVersion:
+			//lint:ignore ST1005 upstream's message
 			refused = fmt.Errorf("Precondition failed: ResourceVersion in precondition: %v, ResourceVersion in object meta: %v", binding.ResourceVersion, pod.ResourceVersion)
 		case pod.DeletionTimestamp != nil:
 			refused = fmt.Errorf("pod %s is being deleted, cannot be assigned to a host", pod.Name)

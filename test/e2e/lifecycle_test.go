@@ -210,7 +210,9 @@ func TestQuickStart(t *testing.T) {
 // 2. Scale: workers 2 -> 5 -> 1, control plane 3 -> 5 -> 3 (etcd members added and removed; KCP's
 // etcd health check compares members with machines, so it is true only when they match). Scaling
 // the workers down, CAPI drains the removed nodes: a pod on each is evicted and terminates
-// gracefully (drainProbes).
+// gracefully (drainProbes), and a Deployment under a PodDisruptionBudget never has fewer ready
+// replicas than the budget's minAvailable while its pods move to the remaining worker
+// (budgetedWorkload; a refused eviction costs one CAPI drain retry, 20 s).
 func TestScale(t *testing.T) {
 	ctx, g := begin(t, 15*time.Minute)
 	s := ensureCluster(ctx, t, g, "qs", map[string]string{"CONTROL_PLANE_MACHINE_COUNT": "3", "WORKER_MACHINE_COUNT": "2"})
@@ -232,8 +234,10 @@ func TestScale(t *testing.T) {
 	}
 	scaleMD(5)
 	probes := startDrainProbes(ctx, t, g, "qs")
+	budgeted := startBudgetedWorkload(ctx, t, g, probes.cs)
 	scaleMD(1)
 	probes.check(ctx, g)
+	budgeted.check(ctx, g)
 	scaleKCP(5)
 	scaleKCP(3)
 	g.Expect(readyNodes(ctx, g, "qs")).To(HaveLen(4))

@@ -1,0 +1,117 @@
+package e2e
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// budgetedWorkload is a Deployment of two replicas under a PodDisruptionBudget of minAvailable 1
+// in a workload cluster, and a watch on the Deployment that records the fewest ready replicas
+// seen: CAPI's drain evicts its pods through pods/eviction, which refuses (429) while the budget
+// allows no disruption, and the ReplicaSet re-creates them on the nodes that stay.
+type budgetedWorkload struct {
+	cs       *kubernetes.Clientset
+	minReady atomic.Int32
+	stop     context.CancelFunc
+	done     chan struct{}
+}
+
+const budgetedName = "budgeted"
+
+func startBudgetedWorkload(ctx context.Context, t *testing.T, g Gomega, cs *kubernetes.Clientset) *budgetedWorkload {
+	t.Helper()
+	labels := map[string]string{"app": budgetedName}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: budgetedName, Namespace: metav1.NamespaceDefault},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10",
+					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}}}}},
+			},
+		},
+	}
+	_, err := cs.AppsV1().Deployments(dep.Namespace).Create(ctx, dep, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	pdb := &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: budgetedName, Namespace: metav1.NamespaceDefault},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels}},
+	}
+	_, err = cs.PolicyV1().PodDisruptionBudgets(pdb.Namespace).Create(ctx, pdb, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	var rv string
+	g.Eventually(func(g Gomega) {
+		d, err := cs.AppsV1().Deployments(dep.Namespace).Get(ctx, dep.Name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(d.Status.AvailableReplicas).To(BeEquivalentTo(2))
+		p, err := cs.PolicyV1().PodDisruptionBudgets(pdb.Namespace).Get(ctx, pdb.Name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(p.Status.DisruptionsAllowed).To(BeEquivalentTo(1))
+		rv = d.ResourceVersion
+	}, time.Minute, 200*time.Millisecond).Should(Succeed())
+
+	w, err := cs.AppsV1().Deployments(dep.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + dep.Name, ResourceVersion: rv})
+	g.Expect(err).NotTo(HaveOccurred())
+	b := &budgetedWorkload{cs: cs, done: make(chan struct{})}
+	b.minReady.Store(2)
+	wctx, cancel := context.WithCancel(ctx)
+	b.stop = cancel
+	go func() {
+		defer close(b.done)
+		defer w.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+				if d, isDep := ev.Object.(*appsv1.Deployment); isDep && d.Status.ReadyReplicas < b.minReady.Load() {
+					b.minReady.Store(d.Status.ReadyReplicas)
+				}
+			}
+		}
+	}()
+	return b
+}
+
+// check asserts that the budget held throughout and that both replicas run again, on nodes
+// that are still there.
+func (b *budgetedWorkload) check(ctx context.Context, g Gomega) {
+	b.stop()
+	<-b.done
+	g.Expect(b.minReady.Load()).To(BeNumerically(">=", 1), "the drain took ready replicas below the budget's minAvailable")
+	g.Eventually(func(g Gomega) {
+		d, err := b.cs.AppsV1().Deployments(metav1.NamespaceDefault).Get(ctx, budgetedName, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(d.Status.AvailableReplicas).To(BeEquivalentTo(2))
+		pods, err := b.cs.CoreV1().Pods(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: "app=" + budgetedName})
+		g.Expect(err).NotTo(HaveOccurred())
+		running := 0
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), p.Name)
+			_, err := b.cs.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred(), "%s runs on %s", p.Name, p.Spec.NodeName)
+			running++
+		}
+		g.Expect(running).To(Equal(2))
+	}, time.Minute, 500*time.Millisecond).Should(Succeed())
+}
