@@ -1,18 +1,25 @@
 package mux
 
 import (
+	"container/list"
 	"context"
 	"crypto"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/codes"
+	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/etcd"
 )
@@ -25,8 +32,10 @@ import (
 // connection never reaches etcd, whatever is added or removed meanwhile.
 type conn struct {
 	net.Conn
-	release func() // frees the connection's slot of the listener's limit; called once by Close
+	release func() // frees the connection's place under the listener's limit; called once by Close
 	once    sync.Once
+	// pending is the connection's place among those in their handshake (listenerConns.mu).
+	pending *list.Element
 
 	// Set by tlsConfigFor during the handshake, read only by requests, which the server reads
 	// after the handshake.
@@ -66,34 +75,211 @@ func connFrom(ctx context.Context) *conn {
 	return c
 }
 
-// listenerConns wraps the listener's net.Listener so that every accepted connection is a *conn
-// (the handshake records its decision there) and at most max are open at once (0: no limit). A
-// connection beyond the limit is closed at once, before its handshake costs anything.
+// handshakeTimeout closes a connection that has not completed its TLS handshake by then. A client
+// completes it in a few round trips; kube-apiserver gives it its header read timeout (32 s), long
+// enough for silent sockets to pile up. A variable for tests.
+var handshakeTimeout = 10 * time.Second
+
+// listenerConns is the listener's TLS listener: it runs every accepted connection's handshake in
+// a goroutine of its own and hands the server only connections that completed it, each a
+// *tls.Conn over a *conn (the handshake records its decision there). What the handshake proved
+// decides which of the listener's limits the connection counts against (docs/limits.md):
+//
+//   - a system:masters client certificate, or any etcd member's connection (its client
+//     certificate is from the etcd CA, whose holders read and write the whole store): none, as
+//     upstream exempts system:masters from its limits. Port-forward tunnels to etcd are these.
+//   - another verified client certificate: max (0: no limit).
+//   - no client certificate (anonymous): a quarter of max, counted apart, so that strangers
+//     never take the places of authenticated clients.
+//
+// A connection past its limit is closed once its handshake completed. Before that, at most max
+// connections are in their handshake at once: one more closes the one that has waited the
+// longest, so silent sockets cannot hold file descriptors without bound, nor keep a client's
+// handshake, which takes milliseconds, from completing.
 type listenerConns struct {
 	net.Listener
-	max  int
-	open atomic.Int64
+	config                   *tls.Config
+	max, maxAnonymous        int
+	timeout                  time.Duration // handshakeTimeout
+	authenticated, anonymous atomic.Int64
+
+	ready chan *tls.Conn // connections that completed their handshake, for Accept
+	done  chan struct{}  // closed with the listener
+	err   error          // what Accept returns once done
+	stop  sync.Once
+
+	mu          sync.Mutex
+	handshaking list.List // of *conn, oldest first
 }
 
-func (ln *listenerConns) Accept() (net.Conn, error) {
-	for {
-		nc, err := ln.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if ln.max > 0 && ln.open.Add(1) > int64(ln.max) {
-			ln.open.Add(-1)
-			// Counted first: a client that sees the close finds it counted.
-			refused(reasonConnections)
-			_ = nc.Close()
-			continue
-		}
-		c := &conn{Conn: nc}
-		if ln.max > 0 {
-			c.release = func() { ln.open.Add(-1) }
-		}
-		return c, nil
+func newListenerConns(ln net.Listener, config *tls.Config, limit int) *listenerConns {
+	lc := &listenerConns{Listener: ln, config: config, max: limit, timeout: handshakeTimeout, ready: make(chan *tls.Conn), done: make(chan struct{})}
+	if limit > 0 {
+		lc.maxAnonymous = max(limit/4, 1)
 	}
+	go lc.acceptLoop()
+	return lc
+}
+
+func (lc *listenerConns) Accept() (net.Conn, error) {
+	select {
+	case tc := <-lc.ready:
+		return tc, nil
+	case <-lc.done:
+		return nil, lc.err
+	}
+}
+
+func (lc *listenerConns) Close() error {
+	err := lc.Listener.Close()
+	lc.shut(net.ErrClosed)
+	return err
+}
+
+// shut ends Accept with err and closes the connections still in their handshake.
+func (lc *listenerConns) shut(err error) {
+	lc.stop.Do(func() {
+		lc.err = err
+		close(lc.done)
+		lc.mu.Lock()
+		defer lc.mu.Unlock()
+		for e := lc.handshaking.Front(); e != nil; e = e.Next() {
+			c := e.Value.(*conn)
+			c.pending = nil
+			_ = c.Close()
+		}
+		lc.handshaking.Init()
+	})
+}
+
+// acceptLoop accepts until the listener is closed; other errors (out of file descriptors) are
+// retried after a pause, as http.Server does.
+func (lc *listenerConns) acceptLoop() {
+	var pause time.Duration
+	for {
+		nc, err := lc.Listener.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				lc.shut(err)
+				return
+			}
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			select {
+			case <-time.After(pause):
+				continue
+			case <-lc.done:
+				return
+			}
+		}
+		pause = 0
+		c := &conn{Conn: nc}
+		if lc.startHandshake(c) {
+			go lc.handshake(c)
+		}
+	}
+}
+
+// startHandshake makes room for c among the connections in their handshake.
+func (lc *listenerConns) startHandshake(c *conn) bool {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	select {
+	case <-lc.done:
+		_ = c.Close()
+		return false
+	default:
+	}
+	if lc.max > 0 && lc.handshaking.Len() >= lc.max {
+		oldest := lc.handshaking.Remove(lc.handshaking.Front()).(*conn)
+		oldest.pending = nil
+		refused(reasonHandshakes)
+		_ = oldest.Close()
+	}
+	c.pending = lc.handshaking.PushBack(c)
+	return true
+}
+
+// endHandshake reports whether c was still in its handshake (not closed to make room).
+func (lc *listenerConns) endHandshake(c *conn) bool {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if c.pending == nil {
+		return false
+	}
+	lc.handshaking.Remove(c.pending)
+	c.pending = nil
+	return true
+}
+
+func (lc *listenerConns) handshake(c *conn) {
+	_ = c.SetDeadline(time.Now().Add(lc.timeout))
+	tc := tls.Server(c, lc.config)
+	err := tc.Handshake()
+	if !lc.endHandshake(c) {
+		return // closed meanwhile
+	}
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			refused(reasonHandshakeTimeout)
+		}
+		// As http.Server: a plain HTTP request gets a plain answer.
+		var rh tls.RecordHeaderError
+		if errors.As(err, &rh) && rh.Conn != nil && looksLikeHTTP(rh.RecordHeader) {
+			_, _ = io.WriteString(rh.Conn, "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+		}
+		_ = c.Close()
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	if !lc.admit(c, tc.ConnectionState()) {
+		_ = tc.Close()
+		return
+	}
+	select {
+	case lc.ready <- tc:
+	case <-lc.done:
+		_ = tc.Close()
+	}
+}
+
+// admit takes c's place in the limit its handshake puts it under (listenerConns).
+func (lc *listenerConns) admit(c *conn, cs tls.ConnectionState) bool {
+	var open *atomic.Int64
+	var limit int
+	var reason string
+	switch {
+	case c.etcdMember != "" || isMasters(cs):
+		return true
+	case len(cs.VerifiedChains) > 0:
+		open, limit, reason = &lc.authenticated, lc.max, reasonConnections
+	default:
+		open, limit, reason = &lc.anonymous, lc.maxAnonymous, reasonAnonymousConnections
+	}
+	if limit <= 0 {
+		return true
+	}
+	if open.Add(1) > int64(limit) {
+		open.Add(-1)
+		// Counted first: a client that sees the close finds it counted.
+		refused(reason)
+		return false
+	}
+	c.release = func() { open.Add(-1) }
+	return true
+}
+
+// isMasters reports whether the connection's verified client certificate is in system:masters.
+func isMasters(cs tls.ConnectionState) bool {
+	return len(cs.VerifiedChains) > 0 && slices.Contains(cs.VerifiedChains[0][0].Subject.Organization, user.SystemPrivilegedGroup)
+}
+
+// looksLikeHTTP is http.Server's test of a TLS record header that is the start of an HTTP request.
+func looksLikeHTTP(hdr [5]byte) bool {
+	switch string(hdr[:]) {
+	case "GET /", "HEAD ", "POST ", "PUT /", "OPTIO":
+		return true
+	}
+	return false
 }
 
 // sharesKey reports whether two CA certificates have the same public key: a certificate signed

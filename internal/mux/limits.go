@@ -3,11 +3,13 @@ package mux
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/authentication/user"
 	genericfilters "k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	serverfilters "k8s.io/apiserver/pkg/server/filters"
@@ -19,8 +21,11 @@ import (
 // Limits bound what the clients of one workload cluster's listener can hold of the process
 // (docs/limits.md). Zero (or less) turns a limit off.
 type Limits struct {
-	// MaxConnectionsPerListener bounds the open connections of one listener; one more is closed
-	// as soon as it is accepted. Port-forward tunnels dial back into the listener and count.
+	// MaxConnectionsPerListener bounds the open connections of one listener with a verified
+	// client certificate that is not system:masters (nor an etcd client's); connections without
+	// a client certificate get a quarter of it, counted apart, and as many may be in their TLS
+	// handshake at once (listenerConns). system:masters and etcd clients, port-forward tunnels
+	// to etcd included, are not limited.
 	MaxConnectionsPerListener int
 	// MaxRequestsInFlight and MaxMutatingRequestsInFlight are kube-apiserver's
 	// --max-requests-inflight and --max-mutating-requests-inflight, per workload cluster: past
@@ -32,7 +37,8 @@ type Limits struct {
 	// is answered 504 after it (or after its own shorter ?timeout=).
 	RequestTimeout time.Duration
 	// MaxWatchesPerCluster bounds the open watches of one workload cluster; one more is
-	// answered 429 with Retry-After.
+	// answered 429 with Retry-After. system:masters is exempt and not counted, as upstream's
+	// API Priority and Fairness exempts it.
 	MaxWatchesPerCluster int
 	// WatchWriteTimeout ends a watch whose event could not be written for that long: its
 	// client stopped reading.
@@ -88,7 +94,8 @@ func withTestHook(next http.Handler) http.Handler {
 }
 
 // limitWatches answers a watch past MaxWatchesPerCluster with 429, and hands the others the
-// watch write timeout.
+// watch write timeout. system:masters' watches are neither limited nor counted: upstream's APF
+// puts them in its exempt priority level.
 func (l *WorkloadClusterListener) limitWatches(next http.Handler) http.Handler {
 	lim := l.mux.limits
 	if lim.MaxWatchesPerCluster <= 0 && lim.WatchWriteTimeout <= 0 {
@@ -101,7 +108,7 @@ func (l *WorkloadClusterListener) limitWatches(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if lim.MaxWatchesPerCluster > 0 {
+		if lim.MaxWatchesPerCluster > 0 && !isPrivileged(r) {
 			if l.watches.Add(1) > int64(lim.MaxWatchesPerCluster) {
 				l.watches.Add(-1)
 				refused(reasonWatches)
@@ -115,6 +122,12 @@ func (l *WorkloadClusterListener) limitWatches(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// isPrivileged reports whether r's user is in system:masters.
+func isPrivileged(r *http.Request) bool {
+	u, ok := request.UserFrom(r.Context())
+	return ok && slices.Contains(u.GetGroups(), user.SystemPrivilegedGroup)
 }
 
 // tooMany answers 429 with Retry-After, as kube-apiserver's limits do.

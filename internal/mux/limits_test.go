@@ -197,70 +197,107 @@ func TestRequestTimeout(t *testing.T) {
 	g.Eventually(w.ResultChan(), 10*time.Second).Should(Receive())
 }
 
-// TestMaxConnectionsPerListener: past --workload-max-connections-per-listener a connection is
-// closed as soon as it is accepted, and its slot is free again once one closes.
+// TestMaxConnectionsPerListener: past --workload-max-connections-per-listener a connection with a
+// client certificate is closed once its handshake completed, and its place is free again once one
+// closes; connections without a client certificate have a quarter of it to themselves;
+// system:masters and etcd clients are not limited.
 func TestMaxConnectionsPerListener(t *testing.T) {
 	g := NewWithT(t)
-	l, cc := limitedCluster(t, Limits{MaxConnectionsPerListener: 2})
+	l, cc := limitedCluster(t, Limits{MaxConnectionsPerListener: 4}) // 1 anonymous
+	someone := keyPair(t, cc.ca, cc.caKey, "someone")
 	admin := keyPair(t, cc.ca, cc.caKey, "kubernetes-admin", "system:masters")
-	var open []*tls.Conn
-	for range 2 {
-		c, err := dialListener(t, l, "", &admin, "h2")
+	etcdClient := keyPair(t, cc.etcdCA, cc.etcdCAKey, "kube-etcd-healthcheck-client")
+	dial := func(sni string, cert *tls.Certificate) *tls.Conn {
+		c, err := dialListener(t, l, sni, cert, "h2")
 		g.Expect(err).NotTo(HaveOccurred())
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	var open []*tls.Conn
+	for range 4 {
+		c := dial("", &someone)
+		g.Expect(serves(c)).To(BeTrue())
 		open = append(open, c)
 	}
 	before := refusals(reasonConnections)
-	_, err := dialListener(t, l, "", &admin, "h2")
-	g.Expect(err).To(HaveOccurred(), "a third connection")
+	g.Expect(serves(dial("", &someone))).To(BeFalse(), "a fifth connection")
 	g.Expect(refusals(reasonConnections) - before).To(BeEquivalentTo(1))
-	g.Expect(h2Get(t, open[0], "/api/v1/namespaces")).To(Equal(http.StatusOK), "the open ones serve")
+
+	before = refusals(reasonAnonymousConnections)
+	g.Expect(serves(dial("", nil))).To(BeTrue(), "anonymous connections are counted apart")
+	g.Expect(serves(dial("", nil))).To(BeFalse(), "a second anonymous connection")
+	g.Expect(refusals(reasonAnonymousConnections) - before).To(BeEquivalentTo(1))
+
+	for range 3 {
+		g.Expect(serves(dial("", &admin))).To(BeTrue(), "system:masters is not limited")
+		_, err := memberList(grpcOver(t, dial("etcd-0", &etcdClient)))
+		g.Expect(err).NotTo(HaveOccurred(), "etcd clients are not limited")
+	}
 
 	_ = open[1].Close()
-	g.Eventually(func() error {
-		c, err := dialListener(t, l, "", &admin, "h2")
-		if err == nil {
-			_ = c.Close()
-		}
-		return err
-	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
-	_ = open[0].Close()
+	g.Eventually(func() bool { return serves(dial("", &someone)) }, 10*time.Second, 50*time.Millisecond).Should(BeTrue())
+}
+
+// serves reports whether a request on tc is answered (/healthz, which anyone may read).
+func serves(tc *tls.Conn) bool {
+	resp, err := oneConn(tc).Get("https://listener/healthz")
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // TestMaxWatchesPerCluster: past --workload-max-watches-per-cluster a watch is answered 429,
-// and its slot is free again once one ends.
+// and its slot is free again once one ends; system:masters is exempt and not counted, as
+// upstream's API Priority and Fairness exempts it.
 func TestMaxWatchesPerCluster(t *testing.T) {
 	g := NewWithT(t)
 	l, cc := limitedCluster(t, Limits{MaxWatchesPerCluster: 2})
+	grantAll(t, l, "limited")
+	limited := clientAs(t, l, cc, "limited")
 	admin := clientAs(t, l, cc, "kubernetes-admin", "system:masters")
-	watch := func() (interface{ Stop() }, error) {
-		return admin.CoreV1().RESTClient().Get().Namespace("default").Resource("configmaps").Param("watch", "true").MaxRetries(0).Watch(context.Background())
+	watch := func(cs *kubernetes.Clientset) (interface{ Stop() }, error) {
+		return cs.CoreV1().RESTClient().Get().Namespace("default").Resource("configmaps").Param("watch", "true").MaxRetries(0).Watch(context.Background())
 	}
 	var open []interface{ Stop() }
-	for range 2 {
-		w, err := watch()
-		g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() {
+		for _, w := range open {
+			w.Stop()
+		}
+	})
+	for range 3 {
+		w, err := watch(admin)
+		g.Expect(err).NotTo(HaveOccurred(), "system:masters past the limit")
 		open = append(open, w)
 	}
+	var limitedWatches []interface{ Stop() }
+	for range 2 {
+		w, err := watch(limited)
+		g.Expect(err).NotTo(HaveOccurred(), "masters' watches take no slot")
+		limitedWatches = append(limitedWatches, w)
+	}
+	open = append(open, limitedWatches...)
 	before := refusals(reasonWatches)
-	_, err := watch()
+	_, err := watch(limited)
 	g.Expect(apierrors.IsTooManyRequests(err)).To(BeTrue(), "got %v", err)
 	g.Expect(err.Error()).To(ContainSubstring("Too many watches on this cluster (at most 2)"))
 	seconds, _ := apierrors.SuggestsClientDelay(err)
 	g.Expect(seconds).To(Equal(1))
 	g.Expect(refusals(reasonWatches) - before).To(BeEquivalentTo(1))
-	g.Expect(getConfigMaps(admin)).To(Succeed(), "other requests pass")
+	g.Expect(getConfigMaps(limited)).To(Succeed(), "other requests pass")
+	w, err := watch(admin)
+	g.Expect(err).NotTo(HaveOccurred(), "system:masters with the slots full")
+	open = append(open, w)
 
-	open[0].Stop()
+	limitedWatches[0].Stop()
 	g.Eventually(func() error {
-		w, err := watch()
+		w, err := watch(limited)
 		if err == nil {
-			open[0] = w
+			open = append(open, w)
 		}
 		return err
 	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
-	for _, w := range open {
-		w.Stop()
-	}
 }
 
 // TestWatchWriteTimeout: a watch whose client stopped reading is ended once an event could not
@@ -271,8 +308,8 @@ func TestWatchWriteTimeout(t *testing.T) {
 	readerless := map[string]func(t *testing.T, l *WorkloadClusterListener, cc clusterCerts){
 		"HTTP/1.1": func(t *testing.T, l *WorkloadClusterListener, cc clusterCerts) {
 			g := NewWithT(t)
-			admin := keyPair(t, cc.ca, cc.caKey, "kubernetes-admin", "system:masters")
-			c, err := dialListener(t, l, "", &admin)
+			limited := keyPair(t, cc.ca, cc.caKey, "limited")
+			c, err := dialListener(t, l, "", &limited)
 			g.Expect(err).NotTo(HaveOccurred())
 			t.Cleanup(func() { _ = c.Close() })
 			_, err = fmt.Fprintf(c, "GET /api/v1/namespaces/default/configmaps?watch=true HTTP/1.1\r\nHost: listener\r\n\r\n")
@@ -283,7 +320,7 @@ func TestWatchWriteTimeout(t *testing.T) {
 		},
 		"HTTP/2, client-go": func(t *testing.T, l *WorkloadClusterListener, cc clusterCerts) {
 			g := NewWithT(t)
-			w, err := clientAs(t, l, cc, "kubernetes-admin", "system:masters").CoreV1().ConfigMaps("default").Watch(context.Background(), metav1.ListOptions{})
+			w, err := clientAs(t, l, cc, "limited").CoreV1().ConfigMaps("default").Watch(context.Background(), metav1.ListOptions{})
 			g.Expect(err).NotTo(HaveOccurred())
 			t.Cleanup(w.Stop) // its ResultChan is never read
 		},
@@ -292,8 +329,9 @@ func TestWatchWriteTimeout(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
 			l, cc := limitedCluster(t, Limits{MaxWatchesPerCluster: 1, WatchWriteTimeout: 300 * time.Millisecond})
+			grantAll(t, l, "limited") // system:masters' watches take no slot
 			open(t, l, cc)
-			cs := clientAs(t, l, cc, "kubernetes-admin", "system:masters")
+			cs := clientAs(t, l, cc, "limited")
 			watch := func() error {
 				w, err := cs.CoreV1().RESTClient().Get().Namespace("default").Resource("configmaps").Param("watch", "true").MaxRetries(0).Watch(context.Background())
 				if err == nil {

@@ -332,7 +332,7 @@ func (l *WorkloadClusterListener) startLocked() error {
 	done := make(chan struct{})
 	l.serveDone = done
 	srv := l.srv
-	tlsLn := tls.NewListener(&listenerConns{Listener: ln, max: l.mux.limits.MaxConnectionsPerListener}, &tls.Config{GetConfigForClient: l.tlsConfigFor})
+	tlsLn := newListenerConns(ln, &tls.Config{GetConfigForClient: l.tlsConfigFor}, l.mux.limits.MaxConnectionsPerListener)
 	go func() {
 		defer close(done)
 		if err := srv.Serve(tlsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {

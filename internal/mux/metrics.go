@@ -43,21 +43,24 @@ var (
 
 // The reasons of goofy_mux_refused_total, one per limit.
 const (
-	reasonConnections        = "connections"          // --workload-max-connections-per-listener
-	reasonInflightReadOnly   = "inflight_readonly"    // --workload-max-requests-inflight
-	reasonInflightMutating   = "inflight_mutating"    // --workload-max-mutating-requests-inflight
-	reasonRequestTimeout     = "request_timeout"      // --workload-request-timeout
-	reasonWatches            = "watches"              // --workload-max-watches-per-cluster
-	reasonWatchWriteTimeout  = "watch_write_timeout"  // --workload-watch-write-timeout
-	reasonPortForwardStreams = "port_forward_streams" // --workload-max-port-forward-streams
+	reasonConnections          = "connections"           // --workload-max-connections-per-listener
+	reasonAnonymousConnections = "anonymous_connections" // a quarter of it, for connections without a client certificate
+	reasonHandshakes           = "handshakes"            // as many in their TLS handshake: the oldest is closed
+	reasonHandshakeTimeout     = "handshake_timeout"     // handshakeTimeout
+	reasonInflightReadOnly     = "inflight_readonly"     // --workload-max-requests-inflight
+	reasonInflightMutating     = "inflight_mutating"     // --workload-max-mutating-requests-inflight
+	reasonRequestTimeout       = "request_timeout"       // --workload-request-timeout
+	reasonWatches              = "watches"               // --workload-max-watches-per-cluster
+	reasonWatchWriteTimeout    = "watch_write_timeout"   // --workload-watch-write-timeout
+	reasonPortForwardStreams   = "port_forward_streams"  // --workload-max-port-forward-streams
 )
 
 func refused(reason string) { refusedTotal.WithLabelValues(reason).Inc() }
 
 func init() {
 	metrics.Registry.MustRegister(listenersOpen, requestsTotal, requestDuration, watchesActive, refusedTotal)
-	for _, r := range []string{reasonConnections, reasonInflightReadOnly, reasonInflightMutating, reasonRequestTimeout,
-		reasonWatches, reasonWatchWriteTimeout, reasonPortForwardStreams} {
+	for _, r := range []string{reasonConnections, reasonAnonymousConnections, reasonHandshakes, reasonHandshakeTimeout,
+		reasonInflightReadOnly, reasonInflightMutating, reasonRequestTimeout, reasonWatches, reasonWatchWriteTimeout, reasonPortForwardStreams} {
 		refusedTotal.WithLabelValues(r) // every series from the start, at 0
 	}
 }
