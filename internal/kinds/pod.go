@@ -31,6 +31,30 @@ func (s podStrategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
 	pod := obj.(*corev1.Pod)
 	pod.Status.Phase = corev1.PodPending
 	pod.Status.QOSClass = podQOS(&pod.Spec)
+	addDefaultTolerationSeconds(&pod.Spec)
+}
+
+// defaultTolerationSeconds is how long a pod stays on a not-ready or unreachable node before
+// the taint eviction controller deletes it, unless it says otherwise.
+const defaultTolerationSeconds int64 = 300
+
+// addDefaultTolerationSeconds is the DefaultTolerationSeconds admission plugin (on in every
+// kube-apiserver): a pod that tolerates neither taint's NoExecute gets a toleration of 300 s for it.
+func addDefaultTolerationSeconds(spec *corev1.PodSpec) {
+	for _, key := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
+		tolerated := false
+		for _, t := range spec.Tolerations {
+			if (t.Key == key || t.Key == "") &&
+				(t.Effect == corev1.TaintEffectNoExecute || t.Effect == "") {
+				tolerated = true
+				break
+			}
+		}
+		if !tolerated {
+			spec.Tolerations = append(spec.Tolerations, corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists,
+				Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To(defaultTolerationSeconds)})
+		}
+	}
 }
 
 // podQOS is the pod's QoS class, as the API server's pod strategy sets it at creation: cpu and

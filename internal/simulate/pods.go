@@ -115,10 +115,13 @@ func addResources(into, add corev1.ResourceList) {
 	}
 }
 
+// discardLogger is for ToleratesTaint, which logs only invalid tolerations.
+var discardLogger = logr.Discard()
+
 // tolerates reports whether the tolerations tolerate the taint.
 func tolerates(tolerations []corev1.Toleration, taint *corev1.Taint) bool {
 	for i := range tolerations {
-		if tolerations[i].ToleratesTaint(logr.Discard(), taint, false) {
+		if tolerations[i].ToleratesTaint(discardLogger, taint, false) {
 			return true
 		}
 	}

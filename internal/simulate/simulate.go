@@ -147,6 +147,7 @@ func (c *cluster) start(workloads bool) {
 			newDeploymentController(c, 4),
 			newDaemonSetController(c, 5),
 			newDisruptionController(c, 6),
+			newNodeLifecycle(c, 7),
 		}
 	}
 	if len(c.controllers) == 0 {

@@ -13,8 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/workload"
 )
 
 const deploymentManifest = `apiVersion: apps/v1
@@ -250,4 +254,85 @@ func TestUnschedulablePodsWait(t *testing.T) {
 	p, err := e.cs.CoreV1().Pods("default").Get(ctx, "ghost", metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(p.Status.Phase).To(Equal(corev1.PodPending), "no kubelet runs for a node that does not exist")
+}
+
+// TestNodeLifecycle: `kubectl drain` cordons a node (its unschedulable taint follows) and
+// evicts its pods, which come back on the other node; a node that turns NotReady gets the
+// not-ready taints, and a pod that tolerates them for 1 s is evicted by the taint eviction
+// controller after that second, while the DaemonSet's pod and pods with the default 300 s stay.
+func TestNodeLifecycle(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t, nil)
+	e.addKubeadmObjects()
+	e.addNode("worker-0", "10.0.0.20", false)
+	e.addNode("worker-1", "10.0.0.21", false)
+	ctx := context.Background()
+	e.kubectl(true, deploymentManifest, "apply", "-f", "-")
+	e.kubectl(true, "", "rollout", "status", "deployment/web", "--timeout=60s")
+	e.kubectl(true, "", "-n", "kube-system", "rollout", "status", "daemonset/kube-proxy", "--timeout=60s")
+	for _, p := range webPods(g, e) {
+		g.Expect(p.Spec.Tolerations).To(ContainElement(corev1.Toleration{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists,
+			Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](300)}), "DefaultTolerationSeconds admission")
+	}
+
+	// kubectl drain: cordon, then evictions that respect the budget (minAvailable 5 of 6).
+	e.kubectl(true, "", "drain", "worker-0", "--ignore-daemonsets", "--timeout=90s")
+	node, err := e.cs.CoreV1().Nodes().Get(ctx, "worker-0", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(node.Spec.Unschedulable).To(BeTrue())
+	g.Eventually(func(g Gomega) {
+		node, err := e.cs.CoreV1().Nodes().Get(ctx, "worker-0", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(node.Spec.Taints).To(ContainElement(HaveField("Key", corev1.TaintNodeUnschedulable)))
+	}, 5*time.Second, 50*time.Millisecond).Should(Succeed())
+	e.kubectl(true, "", "rollout", "status", "deployment/web", "--timeout=60s")
+	for _, p := range webPods(g, e) {
+		if p.DeletionTimestamp == nil {
+			g.Expect(p.Spec.NodeName).To(Equal("worker-1"), "nothing is scheduled onto the cordoned node")
+		}
+	}
+	e.kubectl(true, "", "uncordon", "worker-0")
+
+	// A pod on worker-1 that tolerates not-ready for 1 s only.
+	brief := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "brief", Namespace: "default"}, Spec: corev1.PodSpec{NodeName: "worker-1",
+		Containers:  []corev1.Container{{Name: "c", Image: "busybox"}},
+		Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](1)}}}}
+	_, err = e.cs.CoreV1().Pods("default").Create(ctx, brief, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func(g Gomega) {
+		p, err := e.cs.CoreV1().Pods("default").Get(ctx, "brief", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
+	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+
+	// worker-1 turns NotReady, as the machine controller's nodeNotReady fault makes it.
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := &corev1.Node{}
+		if err := e.client.Get(ctx, client.ObjectKey{Name: "worker-1"}, n); err != nil {
+			return err
+		}
+		workload.SetNodeReady(n, false, metav1.Now())
+		return e.client.Status().Update(ctx, n)
+	})).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		n, err := e.cs.CoreV1().Nodes().Get(ctx, "worker-1", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n.Spec.Taints).To(ContainElements(
+			And(HaveField("Key", corev1.TaintNodeNotReady), HaveField("Effect", corev1.TaintEffectNoSchedule)),
+			And(HaveField("Key", corev1.TaintNodeNotReady), HaveField("Effect", corev1.TaintEffectNoExecute), HaveField("TimeAdded", Not(BeNil())))))
+	}, 5*time.Second, 50*time.Millisecond).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		_, err := e.cs.CoreV1().Pods("default").Get(ctx, "brief", metav1.GetOptions{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "evicted once its toleration ran out: %v", err)
+	}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
+	// The web pods tolerate for 300 s and stay (not ready: their node is not); kube-proxy tolerates for ever.
+	for _, p := range webPods(g, e) {
+		if p.Spec.NodeName == "worker-1" {
+			g.Expect(p.DeletionTimestamp).To(BeNil(), p.Name)
+		}
+	}
+	proxies, err := e.cs.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-proxy", FieldSelector: "spec.nodeName=worker-1"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(proxies.Items).To(HaveLen(1))
+	g.Expect(proxies.Items[0].DeletionTimestamp).To(BeNil())
 }
