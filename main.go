@@ -84,6 +84,8 @@ type options struct {
 	workloadLimits       mux.Limits
 	workloads            simulate.Options
 	profilerAddress      string
+	// azureDefaultCredentialNamespaces may use the manager's Azure credential without identityRef.
+	azureDefaultCredentialNamespaces []string
 
 	// logs holds component-base's logging flags (--v, --vmodule, --logging-format, ...).
 	logs *logsv1.LoggingConfiguration
@@ -127,10 +129,11 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.workloadLimits.MaxRequestsInFlight, "workload-max-requests-inflight", def.MaxRequestsInFlight, "Non-mutating requests each workload cluster serves at once (kube-apiserver's --max-requests-inflight); past it, 429 with Retry-After. system:masters and long-running requests (watch, port-forward, exec, log, proxy) are exempt, as upstream. 0: no limit.")
 	fs.IntVar(&o.workloadLimits.MaxMutatingRequestsInFlight, "workload-max-mutating-requests-inflight", def.MaxMutatingRequestsInFlight, "Mutating requests each workload cluster serves at once (kube-apiserver's --max-mutating-requests-inflight); past it, 429 with Retry-After. 0: no limit.")
 	fs.DurationVar(&o.workloadLimits.RequestTimeout, "workload-request-timeout", def.RequestTimeout, "Time after which a workload cluster request that is not long-running is answered 504 (kube-apiserver's --request-timeout). 0: no timeout.")
-	fs.IntVar(&o.workloadLimits.MaxConnectionsPerListener, "workload-max-connections-per-listener", def.MaxConnectionsPerListener, "Open connections per workload cluster listener, port-forward tunnels included; one more is closed when accepted. 0: no limit.")
-	fs.IntVar(&o.workloadLimits.MaxWatchesPerCluster, "workload-max-watches-per-cluster", def.MaxWatchesPerCluster, "Open watches per workload cluster; one more is answered 429 with Retry-After. 0: no limit.")
+	fs.IntVar(&o.workloadLimits.MaxConnectionsPerListener, "workload-max-connections-per-listener", def.MaxConnectionsPerListener, "Open connections per workload cluster listener with a verified client certificate other than system:masters' or an etcd client's (those are never limited, as kube-apiserver limits no connection); connections without one get a quarter of it, and as many may be in their TLS handshake at once (10 s at most). One more is closed after its handshake. 0: no limit.")
+	fs.IntVar(&o.workloadLimits.MaxWatchesPerCluster, "workload-max-watches-per-cluster", def.MaxWatchesPerCluster, "Open watches per workload cluster; one more is answered 429 with Retry-After. system:masters is exempt, as in kube-apiserver's priority and fairness. 0: no limit.")
 	fs.DurationVar(&o.workloadLimits.WatchWriteTimeout, "workload-watch-write-timeout", def.WatchWriteTimeout, "Time a workload cluster watch event may take to write before the watch is ended (its client stopped reading). 0: no timeout.")
 	fs.IntVar(&o.workloadLimits.MaxPortForwardStreams, "workload-max-port-forward-streams", def.MaxPortForwardStreams, "Streams forwarded at once per port-forward connection to a workload cluster; one more fails as a refused forward. 0: no limit.")
+	fs.StringSliceVar(&o.azureDefaultCredentialNamespaces, "azure-default-credential-namespaces", nil, "Comma-separated namespaces whose Azure-backed GoofyClusters may use the manager's own Azure credential and cloud without spec.backend.azure.identityRef. Empty (the default): none; every other GoofyCluster needs a GoofyAzureClusterIdentity that allows its namespace (docs/azure.md).")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "How long in-flight workload cluster requests may take on shutdown.")
 	fs.BoolVar(&o.workloads.Workloads, "simulate-workloads", true, "Run workloads in the simulated clusters: the scheduler, the kubelets' pod lifecycle and kube-controller-manager's Deployment, ReplicaSet, DaemonSet and disruption controllers (docs/workloads.md). Off, Deployments and DaemonSets report their rollouts at once and no pod runs.")
 	fs.DurationVar(&o.workloads.PodStartDelay, "pod-start-delay", simulate.DefaultPodStartDelay, "How long a simulated kubelet takes from a pod's binding to its containers running.")
@@ -410,8 +413,9 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 	}
 
 	// Azure credentials come from the environment (AZURE_* variables, workload or managed
-	// identity) when an Azure-backed GoofyCluster first needs them.
-	azureClouds := &controllers.AzureClouds{}
+	// identity) when an Azure-backed GoofyCluster first needs them; without an identityRef, only
+	// in the namespaces of --azure-default-credential-namespaces.
+	azureClouds := &controllers.AzureClouds{DefaultCredentialNamespaces: o.azureDefaultCredentialNamespaces}
 	if err := (&controllers.GoofyClusterReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Mux: wcl, WatchFilterValue: o.watchFilter, Restarter: restarter, Azure: azureClouds,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.goofyClusterConcurrency}); err != nil {

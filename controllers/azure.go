@@ -44,6 +44,11 @@ type AzureClouds struct {
 	// Credential for ARM; nil means azidentity's default chain (AZURE_* variables, workload
 	// identity, managed identity).
 	Credential azcore.TokenCredential
+	// DefaultCredentialNamespaces are the namespaces whose GoofyClusters may use Credential on
+	// the manager's own cloud without spec.backend.azure.identityRef (the manager's
+	// --azure-default-credential-namespaces). Empty, none may: every other GoofyCluster needs a
+	// GoofyAzureClusterIdentity that allows its namespace, as CAPZ requires an identityRef.
+	DefaultCredentialNamespaces []string
 	// ClientOptions for the ARM clients (tests inject fake transports here).
 	ClientOptions *arm.ClientOptions
 	// Clock ages the cached instance lists; nil means the real clock. Both reconcilers share the
@@ -73,8 +78,9 @@ func (e errAzureNotAllowed) Error() string { return e.message }
 // credential. Clouds belong to the operator, as in CAPZ: a Custom cloud (whose ARM endpoint and
 // authority host receive the credential) comes only from a GoofyAzureClusterIdentity that allows
 // the GoofyCluster's namespace, or from the manager's environment (the zero spec); a GoofyCluster
-// itself may only pick one of Azure's public clouds.
-func azureCloudOf(ctx context.Context, c client.Reader, gc *infrav1.GoofyCluster) (azure.CloudSpec, error) {
+// itself may only pick one of Azure's public clouds. So does the credential: without an
+// identityRef, only the GoofyClusters of defaultNamespaces (the operator's list) may use it.
+func azureCloudOf(ctx context.Context, c client.Reader, gc *infrav1.GoofyCluster, defaultNamespaces []string) (azure.CloudSpec, error) {
 	cfg := gc.Spec.Backend.Azure
 	if ref := cfg.IdentityRef; ref != nil {
 		id := &infrav1.GoofyAzureClusterIdentity{}
@@ -99,6 +105,12 @@ func azureCloudOf(ctx context.Context, c client.Reader, gc *infrav1.GoofyCluster
 		return azure.CloudSpec{}, errAzureNotAllowed{infrav1.AzureCustomCloudNotAllowedReason,
 			"a Custom cloud receives the manager's Azure credential, so only the operator sets one: in a GoofyAzureClusterIdentity " +
 				"that allows this namespace (reference it in spec.backend.azure.identityRef, without cloud) or in the manager's environment"}
+	}
+	if !slices.ContainsFunc(defaultNamespaces, func(ns string) bool { return strings.TrimSpace(ns) == gc.Namespace }) {
+		return azure.CloudSpec{}, errAzureNotAllowed{infrav1.AzureIdentityRequiredReason,
+			fmt.Sprintf("namespace %q may not use the manager's own Azure credential: set spec.backend.azure.identityRef to a "+
+				"GoofyAzureClusterIdentity that allows the namespace, or ask the operator to add it to the manager's "+
+				"--azure-default-credential-namespaces", gc.Namespace)}
 	}
 	return cloudSpecOf(cfg.Cloud, false), nil
 }
@@ -144,7 +156,7 @@ func namespaceAllowed(ctx context.Context, c client.Reader, allowed *infrav1.All
 // configuration is new or changed. The cloud is resolved (and the identity checked) on every
 // call, before anything is sent: a namespace removed from an identity stops at once.
 func (a *AzureClouds) cluster(ctx context.Context, r client.Reader, key string, gc *infrav1.GoofyCluster) (*azureCluster, error) {
-	spec, err := azureCloudOf(ctx, r, gc)
+	spec, err := azureCloudOf(ctx, r, gc, a.DefaultCredentialNamespaces)
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,10 @@ const (
 	// AzureIdentityNotAllowedReason: the GoofyAzureClusterIdentity's allowedNamespaces do not
 	// include the GoofyCluster's namespace.
 	AzureIdentityNotAllowedReason = "AzureIdentityNotAllowed"
+	// AzureIdentityRequiredReason: the GoofyCluster has no spec.backend.azure.identityRef and its
+	// namespace is not one the operator lets use the manager's own Azure credential (the
+	// manager's --azure-default-credential-namespaces).
+	AzureIdentityRequiredReason = "AzureIdentityRequired"
 	// AzureCustomCloudNotAllowedReason: a GoofyCluster names a Custom cloud itself; custom clouds
 	// come only from a GoofyAzureClusterIdentity or the manager's environment.
 	AzureCustomCloudNotAllowedReason = "AzureCustomCloudNotAllowed"

@@ -71,7 +71,10 @@ type AzureClusterBackend struct {
 
 	// identityRef names the GoofyAzureClusterIdentity the operator created for this cluster's
 	// namespace: the manager sends its Azure credential only to the cloud that identity names.
-	// Omitted, the manager's own cloud (its environment, docs/azure.md) is used.
+	// Omitted, the manager's own cloud (its environment, docs/azure.md) is used, and only in the
+	// namespaces the operator names in the manager's --azure-default-credential-namespaces
+	// (none by default): elsewhere the GoofyCluster is refused with the AzureIdentityRequired
+	// reason, and the manager sends no request.
 	// +optional
 	IdentityRef *GoofyAzureClusterIdentityReference `json:"identityRef,omitempty"`
 
