@@ -137,6 +137,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "How long in-flight workload cluster requests may take on shutdown.")
 	fs.BoolVar(&o.workloads.Workloads, "simulate-workloads", true, "Run workloads in the simulated clusters: the scheduler, the kubelets' pod lifecycle and kube-controller-manager's Deployment, ReplicaSet, DaemonSet and disruption controllers (docs/workloads.md). Off, Deployments and DaemonSets report their rollouts at once and no pod runs.")
 	fs.DurationVar(&o.workloads.PodStartDelay, "pod-start-delay", simulate.DefaultPodStartDelay, "How long a simulated kubelet takes from a pod's binding to its containers running.")
+	fs.DurationVar(&o.workloads.JobRunTime, "job-run-time", simulate.DefaultJobRunTime, "How long a Job's pod runs in a simulated cluster before its containers exit 0.")
 
 	if o.logs == nil {
 		o.logs = logs.NewOptions()

@@ -43,7 +43,7 @@ type env struct {
 // newEnv starts a cluster; db, when set, keeps its state (for restarts).
 func newEnv(t *testing.T, db *storage.DB) *env {
 	t.Helper()
-	opts := []store.ManagerOption{store.WithSimulator(simulate.New(simulate.Options{Workloads: true, PodStartDelay: 200 * time.Millisecond}))}
+	opts := []store.ManagerOption{store.WithSimulator(simulate.New(simulate.Options{Workloads: true, PodStartDelay: 200 * time.Millisecond, JobRunTime: 300 * time.Millisecond}))}
 	if db != nil {
 		opts = append(opts, store.WithStorage(db))
 	}

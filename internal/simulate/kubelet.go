@@ -46,8 +46,8 @@ func (k *kubelet) observe(ch store.Change) {
 		switch {
 		case obj.Status.Phase == corev1.PodPending && (old == nil || old.Spec.NodeName == ""):
 			k.c.after(k.c.sim.opts.PodStartDelay, k.idx, keyOf(obj))
-		case obj.Status.Phase == corev1.PodRunning && old == nil && !isReady(obj):
-			k.c.enqueue(k.idx, keyOf(obj)) // restarted: re-arm its readiness
+		case obj.Status.Phase == corev1.PodRunning && old == nil && (!isReady(obj) || isJobPod(obj)):
+			k.c.enqueue(k.idx, keyOf(obj)) // restarted: re-arm its readiness or its completion
 		}
 	case *corev1.Node:
 		old, _ := ch.Old.(*corev1.Node)
@@ -92,6 +92,17 @@ func (k *kubelet) sync(ctx context.Context, key string) error {
 	default:
 		return nil
 	}
+	if isJobPod(pod) && pod.Status.StartTime != nil {
+		// A Job's containers exit 0 once they have run for JobRunTime.
+		if wait := pod.Status.StartTime.Add(k.c.sim.opts.JobRunTime).Sub(now); wait > 0 {
+			k.c.after(wait, k.idx, key)
+		} else if nodeReady(node) {
+			completePod(next, now)
+			return k.c.client.Status().Update(ctx, next)
+		}
+	} else if isJobPod(next) {
+		k.c.after(k.c.sim.opts.JobRunTime, k.idx, key)
+	}
 	if nodeReady(node) {
 		ready, wait := containersReady(next, now)
 		setReadiness(next, ready, metav1.NewTime(now))
@@ -108,6 +119,33 @@ func (k *kubelet) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	return k.c.client.Status().Update(ctx, next)
+}
+
+// isJobPod: a Job's pod, whose containers run to completion.
+func isJobPod(p *corev1.Pod) bool {
+	ref := metav1.GetControllerOfNoCopy(p)
+	return ref != nil && ref.Kind == "Job" && p.Spec.RestartPolicy != corev1.RestartPolicyAlways
+}
+
+// completePod is what the kubelet reports once every container exited 0.
+func completePod(pod *corev1.Pod, now time.Time) {
+	t := metav1.NewTime(now.Truncate(time.Second))
+	pod.Status.Phase = corev1.PodSucceeded
+	for i := range pod.Status.ContainerStatuses {
+		cs := &pod.Status.ContainerStatuses[i]
+		started := t
+		if cs.State.Running != nil {
+			started = cs.State.Running.StartedAt
+		}
+		cs.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
+			StartedAt: started, FinishedAt: t, ContainerID: cs.ContainerID}}
+		cs.Ready, cs.Started = false, new(bool)
+	}
+	for _, typ := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
+		setCondition(&pod.Status, corev1.PodCondition{Type: typ, Status: corev1.ConditionFalse, Reason: "PodCompleted", LastTransitionTime: t})
+	}
+	setCondition(&pod.Status, corev1.PodCondition{Type: corev1.PodReadyToStartContainers, Status: corev1.ConditionFalse, LastTransitionTime: t})
+	orderConditions(pod)
 }
 
 // startsAt is when a bound pod's containers run: PodStartDelay after its binding.

@@ -22,7 +22,12 @@ type Options struct {
 	Workloads bool
 	// PodStartDelay is how long a kubelet takes from a pod's binding to its containers running.
 	PodStartDelay time.Duration
+	// JobRunTime is how long a Job's pod runs before its containers exit 0.
+	JobRunTime time.Duration
 }
+
+// DefaultJobRunTime: a short batch task.
+const DefaultJobRunTime = 5 * time.Second
 
 // DefaultPodStartDelay: an image already pulled, containers that start at once.
 const DefaultPodStartDelay = time.Second
@@ -47,6 +52,9 @@ type Simulator struct {
 func New(opts Options) *Simulator {
 	if opts.PodStartDelay <= 0 {
 		opts.PodStartDelay = DefaultPodStartDelay
+	}
+	if opts.JobRunTime <= 0 {
+		opts.JobRunTime = DefaultJobRunTime
 	}
 	return &Simulator{
 		opts:         opts,
@@ -148,6 +156,7 @@ func (c *cluster) start(workloads bool) {
 			newDaemonSetController(c, 5),
 			newDisruptionController(c, 6),
 			newNodeLifecycle(c, 7),
+			newJobController(c, 8),
 		}
 	}
 	if len(c.controllers) == 0 {

@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -335,4 +336,68 @@ func TestNodeLifecycle(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(proxies.Items).To(HaveLen(1))
 	g.Expect(proxies.Items[0].DeletionTimestamp).To(BeNil())
+}
+
+const jobManifest = `apiVersion: batch/v1
+kind: Job
+metadata:
+  name: batch
+spec:
+  completions: 3
+  parallelism: 2
+  ttlSecondsAfterFinished: 2
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: task
+        image: busybox
+        command: ["true"]
+`
+
+// TestJobCompletes: a Job's pods run to completion, parallelism at a time, until its
+// completions succeeded; `kubectl wait --for=condition=complete` returns; the pods lose their
+// tracking finalizer once counted; ttlSecondsAfterFinished deletes the Job and its pods.
+func TestJobCompletes(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t, nil)
+	e.addKubeadmObjects()
+	e.addNode("worker-0", "10.0.0.20", false)
+	ctx := context.Background()
+	e.kubectl(true, jobManifest, "apply", "-f", "-")
+	e.kubectl(true, "", "wait", "--for=condition=complete", "job/batch", "--timeout=60s")
+
+	job, err := e.cs.BatchV1().Jobs("default").Get(ctx, "batch", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(job.Status.Succeeded).To(BeEquivalentTo(3))
+	g.Expect(job.Status.Active).To(BeZero())
+	g.Expect(job.Status.StartTime).NotTo(BeNil())
+	g.Expect(job.Status.CompletionTime).NotTo(BeNil())
+	g.Expect(job.Status.Conditions).To(HaveLen(2))
+	g.Expect(job.Status.Conditions[0].Type).To(Equal(batchv1.JobSuccessCriteriaMet))
+	g.Expect(job.Status.Conditions[1].Type).To(Equal(batchv1.JobComplete))
+	g.Expect(job.Spec.Selector.MatchLabels).To(HaveKeyWithValue(batchv1.ControllerUidLabel, string(job.UID)))
+	pods, err := e.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=batch"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pods.Items).To(HaveLen(3))
+	for _, p := range pods.Items {
+		g.Expect(p.Status.Phase).To(Equal(corev1.PodSucceeded))
+		g.Expect(p.Status.ContainerStatuses[0].State.Terminated).NotTo(BeNil())
+		g.Expect(p.Status.ContainerStatuses[0].State.Terminated.Reason).To(Equal("Completed"))
+	}
+	g.Eventually(func(g Gomega) {
+		pods, err := e.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=batch"})
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, p := range pods.Items {
+			g.Expect(p.Finalizers).NotTo(ContainElement(batchv1.JobTrackingFinalizer))
+		}
+	}, 5*time.Second, 50*time.Millisecond).Should(Succeed())
+	// ttlSecondsAfterFinished: the Job and its pods go.
+	g.Eventually(func(g Gomega) {
+		_, err := e.cs.BatchV1().Jobs("default").Get(ctx, "batch", metav1.GetOptions{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%v", err)
+		pods, err := e.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=batch"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pods.Items).To(BeEmpty())
+	}, 15*time.Second, 100*time.Millisecond).Should(Succeed())
 }
