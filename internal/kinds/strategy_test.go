@@ -7,9 +7,11 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apiresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -130,7 +132,9 @@ func TestPodCreateAndGracefulDelete(t *testing.T) {
 func TestGenerationFollowsSpecOnly(t *testing.T) {
 	g := NewWithT(t)
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "default"},
-		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}}}
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"a": "b"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}}}
 	g.Expect(created(t, d)).To(Succeed())
 	g.Expect(d.Generation).To(BeEquivalentTo(1))
 	g.Expect(*d.Spec.Replicas).To(BeEquivalentTo(1), "defaulted")
@@ -213,4 +217,45 @@ func TestSelectableFields(t *testing.T) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	_, ok = strategyOf(t, node).FieldLabel("metadata.namespace")
 	g.Expect(ok).To(BeFalse(), "cluster-scoped kinds have no namespace field")
+}
+
+// TestWorkloadValidation: the workload specs the controllers could not act on sanely are
+// refused with upstream's field errors.
+func TestWorkloadValidation(t *testing.T) {
+	g := NewWithT(t)
+	valid := func() *appsv1.Deployment {
+		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "d", Namespace: "default"},
+			Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "a"}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i"}}}}}}
+	}
+	for name, tc := range map[string]struct {
+		mutate func(*appsv1.Deployment)
+		want   string
+	}{
+		"selector not matching": {func(d *appsv1.Deployment) { d.Spec.Template.Labels = map[string]string{"app": "b"} }, "spec.template.metadata.labels: Invalid value: {\"app\":\"b\"}: `selector` does not match template `labels`"},
+		"negative replicas":     {func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](-1) }, "spec.replicas: Invalid value: -1: must be greater than or equal to 0"},
+		"no selector":           {func(d *appsv1.Deployment) { d.Spec.Selector = nil }, "spec.selector: Required value"},
+		"empty selector":        {func(d *appsv1.Deployment) { d.Spec.Selector = &metav1.LabelSelector{} }, "empty selector is invalid for deployment"},
+		"no containers":         {func(d *appsv1.Deployment) { d.Spec.Template.Spec.Containers = nil }, "spec.template.spec.containers: Required value"},
+		"restartPolicy":         {func(d *appsv1.Deployment) { d.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever }, "spec.template.spec.restartPolicy: Unsupported value: \"Never\""},
+		"surge and unavailable 0": {func(d *appsv1.Deployment) {
+			zero := intstr.FromInt32(0)
+			d.Spec.Strategy.RollingUpdate = &appsv1.RollingUpdateDeployment{MaxSurge: &zero, MaxUnavailable: &zero}
+		}, "may not be 0 when `maxSurge` is 0"},
+	} {
+		d := valid()
+		tc.mutate(d)
+		err := created(t, d)
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", name, err)
+		g.Expect(err.Error()).To(ContainSubstring(tc.want), name)
+	}
+	d := valid()
+	g.Expect(created(t, d)).To(Succeed())
+	moved := d.DeepCopy()
+	moved.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a", "x": "y"}}
+	moved.Spec.Template.Labels["x"] = "y"
+	err := updated(t, strategyOf(t, d), moved, d)
+	g.Expect(err).To(MatchError(ContainSubstring("spec.selector: Invalid value")))
+	g.Expect(err).To(MatchError(ContainSubstring("field is immutable")))
 }

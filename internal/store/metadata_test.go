@@ -350,7 +350,8 @@ func TestGarbageCollection(t *testing.T) {
 		rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "rs",
 			OwnerReferences: []metav1.OwnerReference{ownerRef(d, "Deployment", "apps/v1")}},
 			Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"a": "b"}}}}}
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"a": "b"}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "img"}}}}}}
 		rsOut := mustCreate(t, c, rs)
 		p := pod("default", "p", nil)
 		p.OwnerReferences = []metav1.OwnerReference{ownerRef(rsOut, "ReplicaSet", "apps/v1")}

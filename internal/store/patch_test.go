@@ -230,7 +230,8 @@ spec:
 
 	// Apply with a dry run creates nothing.
 	_, err = c.Patch(deploymentsGVR, "default", "dry", types.ApplyYAMLPatchType,
-		[]byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"dry"}}`), PatchOptions{FieldManager: "m", DryRun: true})
+		[]byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"dry"},"spec":{"selector":{"matchLabels":{"app":"dry"}},`+
+			`"template":{"metadata":{"labels":{"app":"dry"}},"spec":{"containers":[{"name":"c","image":"img"}]}}}}`), PatchOptions{FieldManager: "m", DryRun: true})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(exists(c, deployment("default", "dry"))).To(BeFalse())
 }
