@@ -114,4 +114,9 @@ func (b *budgetedWorkload) check(ctx context.Context, g Gomega) {
 		}
 		g.Expect(running).To(Equal(2))
 	}, time.Minute, 500*time.Millisecond).Should(Succeed())
+	// Gone again, so that the budget holds up no later drain: a remediation deletes a NotReady
+	// node, whose pods are not ready, and a budget without healthy pods allows no eviction
+	// (upstream's IfHealthyBudget) until the taint eviction controller deletes them, 300 s on.
+	g.Expect(b.cs.PolicyV1().PodDisruptionBudgets(metav1.NamespaceDefault).Delete(ctx, budgetedName, metav1.DeleteOptions{})).To(Succeed())
+	g.Expect(b.cs.AppsV1().Deployments(metav1.NamespaceDefault).Delete(ctx, budgetedName, metav1.DeleteOptions{})).To(Succeed())
 }
