@@ -157,6 +157,7 @@ func (c *cluster) start(workloads bool) {
 			newDisruptionController(c, 6),
 			newNodeLifecycle(c, 7),
 			newJobController(c, 8),
+			newEndpointsController(c, 9),
 		}
 	}
 	if len(c.controllers) == 0 {

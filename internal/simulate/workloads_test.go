@@ -83,6 +83,22 @@ func TestDeploymentRollsOutThroughKubectl(t *testing.T) {
 		proxyNodes[p.Spec.NodeName] = true
 	}
 	g.Expect(proxyNodes).To(HaveLen(3), "one kube-proxy per node, the control-plane node included")
+	// The kube-dns Service has CoreDNS's pods as its endpoints.
+	g.Eventually(func(g Gomega) {
+		slices, err := e.cs.DiscoveryV1().EndpointSlices("kube-system").List(context.Background(), metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kube-dns"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(slices.Items).To(HaveLen(1))
+		g.Expect(slices.Items[0].Endpoints).To(HaveLen(2))
+		g.Expect(slices.Items[0].Ports).To(HaveLen(2))
+		for _, ep := range slices.Items[0].Endpoints {
+			g.Expect(*ep.Conditions.Ready).To(BeTrue())
+			g.Expect(ep.TargetRef.Kind).To(Equal("Pod"))
+		}
+		eps, err := e.cs.CoreV1().Endpoints("kube-system").Get(context.Background(), "kube-dns", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(eps.Subsets).To(HaveLen(1))
+		g.Expect(eps.Subsets[0].Addresses).To(HaveLen(2))
+	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
 
 	e.kubectl(true, deploymentManifest, "apply", "-f", "-")
 	e.kubectl(true, "", "rollout", "status", "deployment/web", "--timeout=60s")
