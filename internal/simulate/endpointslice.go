@@ -246,4 +246,3 @@ func (e *endpointsController) syncEndpoints(ctx context.Context, svc *corev1.Ser
 	cur.Subsets = subsets
 	return e.c.client.Update(ctx, cur)
 }
-
