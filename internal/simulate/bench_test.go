@@ -1,0 +1,107 @@
+package simulate_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/workload"
+)
+
+// BenchmarkRunningPods: clusters of 6 nodes, each with a Deployment of 30 pods per node, from
+// the Deployment's creation until every pod is Running and ready; it reports the time per
+// cluster and the heap held per Running pod (store objects, caches, indexes), memory only.
+func BenchmarkRunningPods(b *testing.B) {
+	const nodes, podsPerNode = 6, 30
+	ctx := context.Background()
+	for range b.N {
+		b.StopTimer()
+		m := store.NewManager(store.WithSimulator(simulate.New(simulate.Options{Workloads: true, PodStartDelay: time.Millisecond})))
+		c, err := m.AddCluster("bench", store.ClusterOptions{KubernetesVersion: "v1.36.3"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cl := c.Client(store.WithoutManagedFields(), store.WithoutSyncWait())
+		for _, obj := range workload.ClusterObjects(workload.ClusterSpec{ClusterName: "bench", KubernetesVersion: "v1.36.3", ControlPlaneEndpoint: "127.0.0.1:6443", PodSubnet: "192.168.0.0/16"}) {
+			if err := cl.Create(ctx, obj); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for i := range nodes {
+			n := workload.Node(workload.NodeSpec{Name: fmt.Sprintf("n%d", i), KubeletVersion: "v1.36.3", InternalIP: fmt.Sprintf("10.0.0.%d", i+1), Ready: true}, metav1.Now())
+			n.Spec.Taints = nil
+			status := n.Status
+			if err := cl.Create(ctx, n); err != nil {
+				b.Fatal(err)
+			}
+			for {
+				if err := cl.Get(ctx, client.ObjectKeyFromObject(n), n); err != nil {
+					b.Fatal(err)
+				}
+				n.Status = status
+				if err := cl.Status().Update(ctx, n); err == nil {
+					break
+				}
+			}
+		}
+		waitRunning(b, cl, nodes+2) // kube-proxy per node, CoreDNS: the idle cluster
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		b.StartTimer()
+		labels := map[string]string{"app": "load"}
+		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "load", Namespace: "default"}, Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](nodes * podsPerNode), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}}}
+		if err := cl.Create(ctx, dep); err != nil {
+			b.Fatal(err)
+		}
+		waitRunning(b, cl, nodes+2+nodes*podsPerNode)
+		b.StopTimer()
+		runtime.GC()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(nodes*podsPerNode), "heap-B/pod")
+		_ = m.DeleteCluster("bench")
+	}
+}
+
+func waitRunning(b *testing.B, cl client.Client, want int) {
+	b.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		list := &corev1.PodList{}
+		if err := cl.List(context.Background(), list); err != nil {
+			b.Fatal(err)
+		}
+		ready := 0
+		for _, p := range list.Items {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		if ready >= want {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	list := &corev1.PodList{}
+	_ = cl.List(context.Background(), list)
+	for _, p := range list.Items {
+		b.Logf("%s/%s node=%q phase=%s conds=%v", p.Namespace, p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.Conditions)
+	}
+	b.Fatalf("fewer than %d pods ready after 2 minutes", want)
+}
