@@ -132,3 +132,15 @@ func validateDaemonSetSpec(d *appsv1.DaemonSet) field.ErrorList {
 func (s daemonSetStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
 	return append(validateDaemonSetSpec(obj.(*appsv1.DaemonSet)), selectorImmutable(obj.(*appsv1.DaemonSet).Spec.Selector, old.(*appsv1.DaemonSet).Spec.Selector)...)
 }
+
+func (s statefulSetStrategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorList {
+	return append(s.base.Validate(ctx, obj), validateStatefulSetSpec(obj.(*appsv1.StatefulSet))...)
+}
+
+func validateStatefulSetSpec(ss *appsv1.StatefulSet) field.ErrorList {
+	return validateReplicated("statefulset", ss.Spec.Replicas, ss.Spec.MinReadySeconds, ss.Spec.Selector, &ss.Spec.Template)
+}
+
+func (s statefulSetStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
+	return append(validateStatefulSetSpec(obj.(*appsv1.StatefulSet)), selectorImmutable(obj.(*appsv1.StatefulSet).Spec.Selector, old.(*appsv1.StatefulSet).Spec.Selector)...)
+}

@@ -158,6 +158,7 @@ func (c *cluster) start(workloads bool) {
 			newNodeLifecycle(c, 7),
 			newJobController(c, 8),
 			newEndpointsController(c, 9),
+			newStatefulSetController(c, 10),
 		}
 	}
 	if len(c.controllers) == 0 {

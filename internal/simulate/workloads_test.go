@@ -417,3 +417,75 @@ func TestJobCompletes(t *testing.T) {
 		g.Expect(pods.Items).To(BeEmpty())
 	}, 15*time.Second, 100*time.Millisecond).Should(Succeed())
 }
+
+const statefulSetManifest = `apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: db
+spec:
+  serviceName: db
+  replicas: 3
+  selector:
+    matchLabels: {app: db}
+  template:
+    metadata:
+      labels: {app: db}
+    spec:
+      containers:
+      - name: db
+        image: postgres:17
+`
+
+// TestStatefulSetOrdered: a StatefulSet's pods are db-0, db-1, db-2, each created once the one
+// before runs and is ready; `kubectl rollout status` follows a template change, which replaces
+// the pods from the highest ordinal down; scaling down removes the highest ordinals.
+func TestStatefulSetOrdered(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t, nil)
+	e.addKubeadmObjects()
+	e.addNode("worker-0", "10.0.0.20", false)
+	ctx := context.Background()
+	e.kubectl(true, statefulSetManifest, "apply", "-f", "-")
+	e.kubectl(true, "", "rollout", "status", "statefulset/db", "--timeout=60s")
+	pods, err := e.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=db"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pods.Items).To(HaveLen(3))
+	started := map[string]time.Time{}
+	for _, p := range pods.Items {
+		g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
+		g.Expect(p.Spec.Hostname).To(Equal(p.Name))
+		g.Expect(p.Spec.Subdomain).To(Equal("db"))
+		g.Expect(p.Labels).To(HaveKeyWithValue(appsv1.StatefulSetPodNameLabel, p.Name))
+		started[p.Name] = podCondition(p, corev1.PodScheduled)
+	}
+	g.Expect(started).To(HaveKey("db-0"))
+	g.Expect(started).To(HaveKey("db-2"))
+	g.Expect(started["db-1"].Before(started["db-0"])).To(BeFalse(), "OrderedReady: db-1 after db-0")
+	g.Expect(started["db-2"].Before(started["db-1"])).To(BeFalse(), "OrderedReady: db-2 after db-1")
+
+	e.kubectl(true, "", "set", "image", "statefulset/db", "db=postgres:18")
+	e.kubectl(true, "", "rollout", "status", "statefulset/db", "--timeout=60s")
+	pods, err = e.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=db"})
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			g.Expect(p.Spec.Containers[0].Image).To(Equal("postgres:18"), p.Name)
+		}
+	}
+	e.kubectl(true, "", "scale", "statefulset/db", "--replicas=1")
+	g.Eventually(func(g Gomega) {
+		pods, err := e.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=db"})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pods.Items).To(HaveLen(1))
+		g.Expect(pods.Items[0].Name).To(Equal("db-0"))
+	}, 20*time.Second, 100*time.Millisecond).Should(Succeed())
+}
+
+func podCondition(p corev1.Pod, t corev1.PodConditionType) time.Time {
+	for _, c := range p.Status.Conditions {
+		if c.Type == t {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
