@@ -144,3 +144,55 @@ func validateStatefulSetSpec(ss *appsv1.StatefulSet) field.ErrorList {
 func (s statefulSetStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
 	return append(validateStatefulSetSpec(obj.(*appsv1.StatefulSet)), selectorImmutable(obj.(*appsv1.StatefulSet).Spec.Selector, old.(*appsv1.StatefulSet).Spec.Selector)...)
 }
+
+// Default: a ReplicationController without a selector selects its template's labels, and one
+// without labels gets them too, as upstream's defaults.
+func (replicationControllerStrategy) Default(obj runtime.Object) {
+	rc := obj.(*corev1.ReplicationController)
+	if rc.Spec.Template != nil {
+		if len(rc.Spec.Selector) == 0 {
+			rc.Spec.Selector = rc.Spec.Template.Labels
+		}
+		if len(rc.Labels) == 0 {
+			rc.Labels = rc.Spec.Template.Labels
+		}
+		defaultPodSpec(&rc.Spec.Template.Spec)
+	}
+	if rc.Spec.Replicas == nil {
+		one := int32(1)
+		rc.Spec.Replicas = &one
+	}
+}
+
+func (s replicationControllerStrategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorList {
+	return append(s.base.Validate(ctx, obj), validateReplicationControllerSpec(obj.(*corev1.ReplicationController))...)
+}
+
+func (replicationControllerStrategy) ValidateUpdate(_ context.Context, obj, _ runtime.Object) field.ErrorList {
+	return validateReplicationControllerSpec(obj.(*corev1.ReplicationController))
+}
+
+func validateReplicationControllerSpec(rc *corev1.ReplicationController) field.ErrorList {
+	var errs field.ErrorList
+	if rc.Spec.Replicas != nil {
+		errs = append(errs, nonNegative(int64(*rc.Spec.Replicas), specPath.Child("replicas"))...)
+	}
+	errs = append(errs, nonNegative(int64(rc.Spec.MinReadySeconds), specPath.Child("minReadySeconds"))...)
+	if len(rc.Spec.Selector) == 0 {
+		errs = append(errs, field.Required(specPath.Child("selector"), ""))
+	}
+	if rc.Spec.Template == nil {
+		return append(errs, field.Required(specPath.Child("template"), ""))
+	}
+	tp := specPath.Child("template")
+	if len(rc.Spec.Selector) > 0 && !labels.SelectorFromSet(rc.Spec.Selector).Matches(labels.Set(rc.Spec.Template.Labels)) {
+		errs = append(errs, field.Invalid(tp.Child("metadata", "labels"), rc.Spec.Template.Labels, "selector does not match labels in "+tp.String()))
+	}
+	if len(rc.Spec.Template.Spec.Containers) == 0 {
+		errs = append(errs, field.Required(tp.Child("spec", "containers"), ""))
+	}
+	if p := rc.Spec.Template.Spec.RestartPolicy; p != "" && p != corev1.RestartPolicyAlways {
+		errs = append(errs, field.NotSupported(tp.Child("spec", "restartPolicy"), p, []string{string(corev1.RestartPolicyAlways)}))
+	}
+	return errs
+}

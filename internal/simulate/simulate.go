@@ -159,6 +159,7 @@ func (c *cluster) start(workloads bool) {
 			newJobController(c, 8),
 			newEndpointsController(c, 9),
 			newStatefulSetController(c, 10),
+			newReplicationControllerController(c, 11),
 		}
 	}
 	if len(c.controllers) == 0 {

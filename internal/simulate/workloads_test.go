@@ -489,3 +489,37 @@ func podCondition(p corev1.Pod, t corev1.PodConditionType) time.Time {
 	}
 	return time.Time{}
 }
+
+// TestReplicationController: kubectl's oldest workload keeps its replicas and scales.
+func TestReplicationController(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t, nil)
+	e.addKubeadmObjects()
+	e.addNode("worker-0", "10.0.0.20", false)
+	ctx := context.Background()
+	e.kubectl(true, `apiVersion: v1
+kind: ReplicationController
+metadata:
+  name: legacy
+spec:
+  replicas: 3
+  template:
+    metadata:
+      labels: {app: legacy}
+    spec:
+      containers:
+      - {name: c, image: nginx}
+`, "apply", "-f", "-")
+	running := func(n int) func(g Gomega) {
+		return func(g Gomega) {
+			rc, err := e.cs.CoreV1().ReplicationControllers("default").Get(ctx, "legacy", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(rc.Spec.Selector).To(Equal(map[string]string{"app": "legacy"}), "defaulted from the template")
+			g.Expect(rc.Status.ReadyReplicas).To(BeEquivalentTo(n))
+			g.Expect(rc.Status.Replicas).To(BeEquivalentTo(n))
+		}
+	}
+	g.Eventually(running(3), 10*time.Second, 50*time.Millisecond).Should(Succeed())
+	e.kubectl(true, "", "scale", "rc/legacy", "--replicas=1")
+	g.Eventually(running(1), 10*time.Second, 50*time.Millisecond).Should(Succeed())
+}
