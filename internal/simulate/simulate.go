@@ -160,6 +160,7 @@ func (c *cluster) start(workloads bool) {
 			newEndpointsController(c, 9),
 			newStatefulSetController(c, 10),
 			newReplicationControllerController(c, 11),
+			newCronJobController(c, 12),
 		}
 	}
 	if len(c.controllers) == 0 {

@@ -2,6 +2,7 @@ package simulate_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -522,4 +523,58 @@ spec:
 	g.Eventually(running(3), 10*time.Second, 50*time.Millisecond).Should(Succeed())
 	e.kubectl(true, "", "scale", "rc/legacy", "--replicas=1")
 	g.Eventually(running(1), 10*time.Second, 50*time.Millisecond).Should(Succeed())
+}
+
+// TestCronJobStartsJobs: a CronJob whose last run was minutes ago is due: it starts the Job of
+// the latest missed time (named after it), which completes, and the CronJob records it.
+func TestCronJobStartsJobs(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t, nil)
+	e.addKubeadmObjects()
+	e.addNode("worker-0", "10.0.0.20", false)
+	ctx := context.Background()
+	e.kubectl(true, `apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: nightly
+spec:
+  schedule: "*/1 * * * *"
+  concurrencyPolicy: Forbid
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: OnFailure
+          containers:
+          - {name: task, image: busybox}
+`, "apply", "-f", "-")
+	// Not at a minute's end: the scheduled time the test expects must not move on meanwhile.
+	if left := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)); left < 3*time.Second {
+		time.Sleep(left + 100*time.Millisecond)
+	}
+	// As if the controller had last run it three minutes ago.
+	last := metav1.NewTime(time.Now().Add(-3 * time.Minute).Truncate(time.Minute))
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cj, err := e.cs.BatchV1().CronJobs("default").Get(ctx, "nightly", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cj.Status.LastScheduleTime = &last
+		_, err = e.cs.BatchV1().CronJobs("default").UpdateStatus(ctx, cj, metav1.UpdateOptions{})
+		return err
+	})).To(Succeed())
+	latest := time.Now().Truncate(time.Minute)
+	name := fmt.Sprintf("nightly-%d", latest.Unix()/60)
+	e.kubectl(true, "", "wait", "--for=condition=complete", "job/"+name, "--timeout=60s")
+	g.Eventually(func(g Gomega) {
+		cj, err := e.cs.BatchV1().CronJobs("default").Get(ctx, "nightly", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(cj.Status.LastScheduleTime.Time).To(BeTemporally("==", latest))
+		g.Expect(cj.Status.LastSuccessfulTime).NotTo(BeNil())
+		g.Expect(cj.Status.Active).To(BeEmpty())
+	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+	jobs, err := e.cs.BatchV1().Jobs("default").List(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(jobs.Items).To(HaveLen(1), "one Job for the latest missed time, not one per missed time")
+	g.Expect(jobs.Items[0].Annotations).To(HaveKeyWithValue(batchv1.CronJobScheduledTimestampAnnotation, latest.UTC().Format(time.RFC3339)))
 }
