@@ -52,6 +52,14 @@ func newCache() *cache {
 	}
 }
 
+// changedObject is the object a change is about: the new version, or the last one of a removal.
+func changedObject(ch store.Change) client.Object {
+	if ch.New != nil {
+		return ch.New
+	}
+	return ch.Old
+}
+
 func keyOf(obj client.Object) string {
 	if ns := obj.GetNamespace(); ns != "" {
 		return ns + "/" + obj.GetName()

@@ -47,10 +47,7 @@ func (cj *cronJobController) resources() []schema.GroupResource {
 }
 
 func (cj *cronJobController) observe(ch store.Change) {
-	obj := ch.New
-	if obj == nil {
-		obj = ch.Old
-	}
+	obj := changedObject(ch)
 	if ch.Resource == cronJobsGR {
 		cj.c.enqueue(cj.idx, keyOf(obj))
 		return

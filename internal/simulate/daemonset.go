@@ -37,10 +37,7 @@ func (d *daemonSetController) resources() []schema.GroupResource {
 }
 
 func (d *daemonSetController) observe(ch store.Change) {
-	obj := ch.New
-	if obj == nil {
-		obj = ch.Old
-	}
+	obj := changedObject(ch)
 	switch ch.Resource {
 	case daemonSetsGR:
 		d.c.enqueue(d.idx, keyOf(obj))

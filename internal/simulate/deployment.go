@@ -54,10 +54,7 @@ func (d *deploymentController) resources() []schema.GroupResource {
 }
 
 func (d *deploymentController) observe(ch store.Change) {
-	obj := ch.New
-	if obj == nil {
-		obj = ch.Old
-	}
+	obj := changedObject(ch)
 	switch ch.Resource {
 	case deploymentsGR:
 		d.c.enqueue(d.idx, keyOf(obj))

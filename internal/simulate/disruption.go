@@ -43,10 +43,7 @@ func (d *disruptionController) resources() []schema.GroupResource {
 }
 
 func (d *disruptionController) observe(ch store.Change) {
-	obj := ch.New
-	if obj == nil {
-		obj = ch.Old
-	}
+	obj := changedObject(ch)
 	if ch.Resource == pdbsGR {
 		d.c.enqueue(d.idx, keyOf(obj))
 		return

@@ -46,10 +46,7 @@ func (e *endpointsController) resources() []schema.GroupResource {
 }
 
 func (e *endpointsController) observe(ch store.Change) {
-	obj := ch.New
-	if obj == nil {
-		obj = ch.Old
-	}
+	obj := changedObject(ch)
 	switch ch.Resource {
 	case servicesGR:
 		e.c.enqueue(e.idx, keyOf(obj))

@@ -40,10 +40,7 @@ func (j *jobController) resources() []schema.GroupResource {
 }
 
 func (j *jobController) observe(ch store.Change) {
-	obj := ch.New
-	if obj == nil {
-		obj = ch.Old
-	}
+	obj := changedObject(ch)
 	if ch.Resource == jobsGR {
 		j.c.enqueue(j.idx, keyOf(obj))
 		return

@@ -71,6 +71,30 @@ func (r *replicaSetController) observe(ch store.Change) {
 	}
 }
 
+var replicaSetKind = appsv1.SchemeGroupVersion.WithKind("ReplicaSet")
+
+// scaleReplicas is the replica managers' shared step: unless the owner is being deleted, it
+// creates or deletes (as upstream ranks them) at most burstReplicas of its claimed pods towards
+// replicas active ones.
+func scaleReplicas(ctx context.Context, c *cluster, owner client.Object, gvk schema.GroupVersionKind, tmpl *corev1.PodTemplateSpec, replicas int32, pods []*corev1.Pod) error {
+	if owner.GetDeletionTimestamp() != nil {
+		return nil
+	}
+	var active []*corev1.Pod
+	for _, p := range pods {
+		if isActive(p) {
+			active = append(active, p)
+		}
+	}
+	switch diff := len(active) - int(replicas); {
+	case diff < 0:
+		return createPods(ctx, c, owner, tmpl, gvk, min(-diff, burstReplicas))
+	case diff > 0:
+		return deletePods(ctx, c, rankForDeletion(active, pods), min(diff, burstReplicas))
+	}
+	return nil
+}
+
 func selects(sel *metav1.LabelSelector, l map[string]string) bool {
 	s, err := metav1.LabelSelectorAsSelector(sel)
 	return err == nil && !s.Empty() && s.Matches(labels.Set(l))
@@ -81,25 +105,11 @@ func (r *replicaSetController) sync(ctx context.Context, key string) error {
 	if rs == nil {
 		return nil
 	}
-	pods, err := claimPods(ctx, r.c, rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"), rs.Spec.Selector)
+	pods, err := claimPods(ctx, r.c, rs, replicaSetKind, rs.Spec.Selector)
 	if err != nil {
 		return err
 	}
-	var active []*corev1.Pod
-	for _, p := range pods {
-		if isActive(p) {
-			active = append(active, p)
-		}
-	}
-	if rs.DeletionTimestamp == nil {
-		want := int(ptr.Deref(rs.Spec.Replicas, 1))
-		switch diff := len(active) - want; {
-		case diff < 0:
-			err = createPods(ctx, r.c, rs, &rs.Spec.Template, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"), min(-diff, burstReplicas))
-		case diff > 0:
-			err = deletePods(ctx, r.c, rankForDeletion(active, pods), min(diff, burstReplicas))
-		}
-	}
+	err = scaleReplicas(ctx, r.c, rs, replicaSetKind, &rs.Spec.Template, ptr.Deref(rs.Spec.Replicas, 1), pods)
 	now := time.Now()
 	status := replicaSetStatus(rs, pods, now)
 	if wait := nextAvailable(pods, rs.Spec.MinReadySeconds, now); wait > 0 {

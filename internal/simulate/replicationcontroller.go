@@ -35,10 +35,7 @@ func (r *replicationControllerController) resources() []schema.GroupResource {
 }
 
 func (r *replicationControllerController) observe(ch store.Change) {
-	obj := ch.New
-	if obj == nil {
-		obj = ch.Old
-	}
+	obj := changedObject(ch)
 	if ch.Resource == replicationControllersGR {
 		r.c.enqueue(r.idx, keyOf(obj))
 		return
@@ -70,20 +67,7 @@ func (r *replicationControllerController) sync(ctx context.Context, key string) 
 	if err != nil {
 		return err
 	}
-	var active []*corev1.Pod
-	for _, p := range pods {
-		if isActive(p) {
-			active = append(active, p)
-		}
-	}
-	if rc.DeletionTimestamp == nil {
-		switch diff := len(active) - int(ptr.Deref(rc.Spec.Replicas, 1)); {
-		case diff < 0:
-			err = createPods(ctx, r.c, rc, rc.Spec.Template, replicationControllerKind, min(-diff, burstReplicas))
-		case diff > 0:
-			err = deletePods(ctx, r.c, rankForDeletion(active, pods), min(diff, burstReplicas))
-		}
-	}
+	err = scaleReplicas(ctx, r.c, rc, replicationControllerKind, rc.Spec.Template, ptr.Deref(rc.Spec.Replicas, 1), pods)
 	now := time.Now()
 	st := corev1.ReplicationControllerStatus{ObservedGeneration: rc.Generation, Conditions: rc.Status.Conditions}
 	tmpl := labels.SelectorFromSet(rc.Spec.Template.Labels)

@@ -44,10 +44,7 @@ func (s *statefulSetController) resources() []schema.GroupResource {
 }
 
 func (s *statefulSetController) observe(ch store.Change) {
-	obj := ch.New
-	if obj == nil {
-		obj = ch.Old
-	}
+	obj := changedObject(ch)
 	if ch.Resource == statefulSetsGR {
 		s.c.enqueue(s.idx, keyOf(obj))
 		return
