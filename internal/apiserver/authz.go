@@ -3,16 +3,17 @@ package apiserver
 import (
 	"errors"
 	"net/http"
+	"sync/atomic"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/filters"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/authz"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
@@ -65,8 +66,9 @@ func changesRBAC(group, verb string) bool {
 	return false
 }
 
-// checkGrant is RBAC's escalation check (authz.CheckGrant) for a write of obj, a Role,
-// ClusterRole or binding as it would be stored. A handler serving without authentication in
+// checkGrant is RBAC's escalation check (authz.CheckGrant) for a create of obj, a Role,
+// ClusterRole or binding, before the store runs, as upstream's RBAC storage checks a create
+// (updates and patches: grantValidator). A handler serving without authentication in
 // front of it (no user on the request) checks nothing.
 func (h *handler) checkGrant(rq *reqScope, obj runtime.Object) error {
 	if rq.gvr.Group != rbacv1.GroupName {
@@ -79,23 +81,36 @@ func (h *handler) checkGrant(rq *reqScope, obj runtime.Object) error {
 	return authz.CheckGrant(rq.r.Context(), h.c, u, rq.ns, obj)
 }
 
-// checkPatchGrant checks a patch of an RBAC object by its result, computed by a dry run first:
-// the store applies patches itself, so the result is known only then. A write between the dry
-// run and the patch is not checked again.
-func (h *handler) checkPatchGrant(rq *reqScope, pt types.PatchType, body []byte, opts store.PatchOptions) error {
+// grantValidator is RBAC's escalation check (authz.CheckGrantUpdate) for an update or patch of
+// a Role, ClusterRole or binding, as the store's ValidateObject: the store runs it on the object
+// it is about to store, inside its optimistic write, and again whenever the write is prepared
+// again because the object changed meanwhile, as kube-apiserver's RBAC storage checks inside
+// GuaranteedUpdate. So a concurrent write can never make the stored object another than the
+// one judged. Nil (nothing to check) for other groups, and without a user or for a privileged one.
+func (h *handler) grantValidator(rq *reqScope) store.ValidateObjectFunc {
 	if rq.gvr.Group != rbacv1.GroupName {
 		return nil
 	}
-	if u, ok := apirequest.UserFrom(rq.r.Context()); !ok || authz.Privileged(u) {
+	u, ok := apirequest.UserFrom(rq.r.Context())
+	if !ok || authz.Privileged(u) {
 		return nil
 	}
-	opts.DryRun = true
-	res, err := h.c.PatchObject(rq.gvr, rq.ns, rq.name, pt, body, opts)
-	if err != nil {
-		return err
+	ctx, ns := rq.r.Context(), rq.ns
+	return func(obj, old client.Object) error {
+		if err := authz.CheckGrantUpdate(ctx, h.c, u, ns, obj, old); err != nil {
+			return err
+		}
+		if hook := afterGrantJudged.Load(); hook != nil {
+			(*hook)()
+		}
+		return nil
 	}
-	return h.checkGrant(rq, res.Object)
 }
+
+// afterGrantJudged, set by tests only, runs after an update's escalation check allowed the
+// object and before the store commits it: a test writes the object there, as a concurrent
+// client could.
+var afterGrantJudged atomic.Pointer[func()]
 
 // createVerb is a request's attributes with the verb create.
 type createVerb struct{ authorizer.Attributes }

@@ -342,12 +342,9 @@ func (h *handler) serveUpdate(rq *reqScope) {
 		h.writeError(rq.w, rq.r, err)
 		return
 	}
-	if err := h.checkGrant(rq, obj); err != nil {
-		h.writeError(rq.w, rq.r, err)
-		return
-	}
 	out, err := h.c.Update(rq.gvr, rq.ns, obj, store.UpdateOptions{
 		DryRun: len(opts.DryRun) > 0, FieldManager: opts.FieldManager, Subresource: rq.sub, FieldValidation: directive,
+		ValidateObject: h.grantValidator(rq),
 	})
 	if err != nil {
 		h.writeError(rq.w, rq.r, err)
@@ -379,10 +376,7 @@ func (h *handler) servePatch(rq *reqScope) {
 	popts := store.PatchOptions{
 		DryRun: len(opts.DryRun) > 0, FieldManager: opts.FieldManager, Force: opts.Force != nil && *opts.Force,
 		Subresource: rq.sub, FieldValidation: fieldValidation(opts.FieldValidation),
-	}
-	if err := h.checkPatchGrant(rq, pt, body, popts); err != nil {
-		h.writeError(rq.w, rq.r, err)
-		return
+		ValidateObject: h.grantValidator(rq),
 	}
 	res, err := h.c.PatchObject(rq.gvr, rq.ns, rq.name, pt, body, popts)
 	if err != nil {

@@ -8,7 +8,9 @@ import (
 	"strings"
 
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -33,6 +35,40 @@ var fullAuthority = []rbacv1.PolicyRule{
 // ClusterRoleBinding; namespace is the request's) in cluster c, else the error upstream's RBAC
 // storage answers: Forbidden, or NotFound for a binding to a missing role. Other objects pass.
 func CheckGrant(ctx context.Context, c *store.Cluster, u user.Info, namespace string, obj runtime.Object) error {
+	return checkGrant(ctx, c, u, namespace, obj, nil)
+}
+
+// CheckGrantUpdate is CheckGrant for a write of obj replacing old, the stored object (nil: obj
+// is created), as upstream's RBAC storage judges an update inside its GuaranteedUpdate: a change
+// of garbage-collection fields only (owner references, finalizers) is not judged, and removing
+// a ClusterRole's aggregationRule needs full authority as setting one does. The store runs it
+// on the object it is about to store (store.UpdateOptions.ValidateObject).
+func CheckGrantUpdate(ctx context.Context, c *store.Cluster, u user.Info, namespace string, obj, old runtime.Object) error {
+	if old != nil && onlyGCFieldsChanged(obj, old) {
+		return nil
+	}
+	return checkGrant(ctx, c, u, namespace, obj, old)
+}
+
+// onlyGCFieldsChanged is upstream's rbacregistry.IsOnlyMutatingGCFields: obj differs from old
+// in owner references, finalizers or managed fields only.
+func onlyGCFieldsChanged(obj, old runtime.Object) bool {
+	copied, ok := obj.DeepCopyObject().(metav1.Object)
+	if !ok {
+		return false
+	}
+	oldMeta, ok := old.(metav1.Object)
+	if !ok {
+		return false
+	}
+	copied.SetOwnerReferences(oldMeta.GetOwnerReferences())
+	copied.SetFinalizers(oldMeta.GetFinalizers())
+	copied.SetSelfLink(oldMeta.GetSelfLink())
+	copied.SetManagedFields(oldMeta.GetManagedFields())
+	return equality.Semantic.DeepEqual(copied, old)
+}
+
+func checkGrant(ctx context.Context, c *store.Cluster, u user.Info, namespace string, obj, old runtime.Object) error {
 	if Privileged(u) {
 		return nil
 	}
@@ -50,7 +86,9 @@ func CheckGrant(ctx context.Context, c *store.Cluster, u user.Info, namespace st
 		if err := a.confirmHeld(u, "", o.Rules, rbacv1.Resource("clusterroles"), o.Name); err != nil {
 			return err
 		}
-		if o.AggregationRule != nil && a.confirmHeld(u, "", fullAuthority, rbacv1.Resource("clusterroles"), o.Name) != nil {
+		oldRole, _ := old.(*rbacv1.ClusterRole)
+		aggregates := o.AggregationRule != nil || oldRole != nil && oldRole.AggregationRule != nil
+		if aggregates && a.confirmHeld(u, "", fullAuthority, rbacv1.Resource("clusterroles"), o.Name) != nil {
 			return apierrors.NewForbidden(rbacv1.Resource("clusterroles"), o.Name, errors.New("must have cluster-admin privileges to use the aggregationRule"))
 		}
 		return nil

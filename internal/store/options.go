@@ -4,6 +4,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // ListOptions selects objects for List, Watch and DeleteCollection.
@@ -52,6 +53,12 @@ type UpdateOptions struct {
 	// instead of once it is synced. For the simulator's own writes (Nodes, static pods, kubeadm
 	// objects), which it derives again after a crash; never for a client's.
 	SkipSyncWait bool
+	// ValidateObject, when set, judges the prepared object (defaulted, validated, with its
+	// managed fields) as the last step of preparing the write, as kube-apiserver's RBAC storage
+	// judges inside GuaranteedUpdate: the write commits only if the stored object is still the
+	// one it was prepared from, and one prepared again because the object changed meanwhile is
+	// judged again, so the object stored is always the one judged. Dry runs are judged too.
+	ValidateObject ValidateObjectFunc
 }
 
 // PatchOptions tune Patch. Force only applies to server-side apply.
@@ -65,7 +72,15 @@ type PatchOptions struct {
 	SkipManagedFields bool
 	// SkipSyncWait: see UpdateOptions.
 	SkipSyncWait bool
+	// ValidateObject: see UpdateOptions (old is nil when server-side apply creates the object).
+	ValidateObject ValidateObjectFunc
 }
+
+// ValidateObjectFunc judges the object a write is about to store, obj, against the stored one it
+// replaces, old (nil for a create). Both are in the stored form (for a view, the stored
+// resource's) and must not be changed. An error aborts the write and is returned as it is. It
+// runs without the cluster lock held, so it may read the cluster.
+type ValidateObjectFunc func(obj, old client.Object) error
 
 // DeleteOptions tune Delete and DeleteCollection.
 type DeleteOptions struct {

@@ -112,10 +112,16 @@ func (c *Cluster) PatchObject(gvr schema.GroupVersionResource, namespace, name s
 			if err != nil {
 				return nil, err
 			}
+			if err := opts.ValidateObject.run(next, nil); err != nil {
+				return nil, err
+			}
 			return func() (client.Object, error) { return c.commitCreateLocked(stored, next, generated, opts.DryRun) }, nil
 		}
 		next, changed, err := stored.prepareUpdate(cur, next, opts.Subresource, managed)
 		if err != nil {
+			return nil, err
+		}
+		if err := opts.ValidateObject.run(next, cur); err != nil {
 			return nil, err
 		}
 		return func() (client.Object, error) { return c.commitUpdateLocked(stored, cur, next, changed, opts.DryRun) }, nil

@@ -219,14 +219,28 @@ func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj 
 			if err != nil {
 				return nil, err
 			}
+			if err := opts.ValidateObject.run(obj, nil); err != nil {
+				return nil, err
+			}
 			return func() (client.Object, error) { return c.commitCreateLocked(b, obj, generated, opts.DryRun) }, nil
 		}
 		next, changed, err := b.prepareUpdate(cur, in.DeepCopyObject().(client.Object), opts.Subresource, managed)
 		if err != nil {
 			return nil, err
 		}
+		if err := opts.ValidateObject.run(next, cur); err != nil {
+			return nil, err
+		}
 		return func() (client.Object, error) { return c.commitUpdateLocked(b, cur, next, changed, opts.DryRun) }, nil
 	})
+}
+
+// run judges a prepared write by f; a nil f allows everything.
+func (f ValidateObjectFunc) run(obj, old client.Object) error {
+	if f == nil {
+		return nil
+	}
+	return f(obj, old)
 }
 
 // maxWriteRetries is how often a write computed outside the lock is computed again because the
