@@ -1,5 +1,7 @@
 package simulate
 
+//lint:file-ignore SA1019 v1 Endpoints are deprecated but still served and kept by kube-controller-manager's Endpoints controller, which this simulates.
+
 import (
 	"context"
 	"sort"
