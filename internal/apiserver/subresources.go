@@ -310,7 +310,6 @@ var pdbsGVR = policyv1.SchemeGroupVersion.WithResource("poddisruptionbudgets")
 // serveEviction deletes a pod unless that would violate a PodDisruptionBudget, in which case it
 // answers 429 like the real eviction subresource; an allowed eviction consumes one disruption.
 func (h *handler) serveEviction(rq *reqScope) {
-	sv := getServing()
 	createOpts := &metav1.CreateOptions{}
 	if err := decodeQuery(rq.r, createOpts); err != nil {
 		h.writeError(rq.w, rq.r, err)
@@ -320,25 +319,9 @@ func (h *handler) serveEviction(rq *reqScope) {
 		h.writeError(rq.w, rq.r, invalidOptions("CreateOptions", errs))
 		return
 	}
-	info, err := negotiation.NegotiateInputSerializer(rq.r, false, sv.objects)
-	if err != nil {
-		h.writeError(rq.w, rq.r, err)
-		return
-	}
-	body, err := h.readBody(rq.r)
-	if err != nil {
-		h.writeError(rq.w, rq.r, err)
-		return
-	}
-	gvk := policyv1.SchemeGroupVersion.WithKind("Eviction")
 	ev := &policyv1.Eviction{}
-	obj, got, err := info.Serializer.Decode(body, &gvk, ev)
-	if err != nil {
-		h.writeError(rq.w, rq.r, badRequestf("the object provided is unrecognized (must be of type Eviction): %v (%s)", err, summarize(body, 30)))
-		return
-	}
-	if obj != ev || got.Kind != "Eviction" {
-		h.writeError(rq.w, rq.r, badRequestf("the kind in the data (%s) does not match the expected kind (Eviction)", got.Kind))
+	if err := h.decodeSubresourceBody(rq, policyv1.SchemeGroupVersion.WithKind("Eviction"), ev); err != nil {
+		h.writeError(rq.w, rq.r, err)
 		return
 	}
 	if ev.Name != rq.name {
