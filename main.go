@@ -340,7 +340,8 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 	} else {
 		log.Info("Workload cluster state is kept in memory only (--state-dir is empty)")
 	}
-	storeOpts = append(storeOpts, store.WithSimulator(simulate.New(o.workloads)))
+	simulator := simulate.New(o.workloads)
+	storeOpts = append(storeOpts, store.WithSimulator(simulator))
 	wcl, err := mux.NewWorkloadClustersMux(store.NewManager(storeOpts...), o.listenerHost,
 		mux.WithPortRange(portMin, portMax), mux.WithBindAddress(o.listenerBindAddress), mux.WithLogger(ctrl.Log.WithName("mux")),
 		mux.WithClusterOptions(store.ClusterOptions{StorageQuota: storageQuota(o.workloadStorageQuota)}),
@@ -419,6 +420,7 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 	azureClouds := &controllers.AzureClouds{DefaultCredentialNamespaces: o.azureDefaultCredentialNamespaces}
 	if err := (&controllers.GoofyClusterReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Mux: wcl, WatchFilterValue: o.watchFilter, Restarter: restarter, Azure: azureClouds,
+		Simulator: simulator,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.goofyClusterConcurrency}); err != nil {
 		return fmt.Errorf("setting up the GoofyCluster controller: %w", err)
 	}

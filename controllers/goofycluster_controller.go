@@ -29,6 +29,7 @@ import (
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
 
@@ -45,6 +46,9 @@ type GoofyClusterReconciler struct {
 	Restarter *HotRestarter
 	// Azure serves Azure-backed GoofyClusters; nil disables that backend.
 	Azure *AzureClouds
+	// Simulator runs the workloads of the clusters (spec.simulation.workloads); nil when the
+	// manager runs none.
+	Simulator *simulate.Simulator
 
 	recorder events.EventRecorder
 }
@@ -262,6 +266,9 @@ func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *c
 		return ctrl.Result{}, fmt.Errorf("injecting faults: %w", err)
 	}
 	requeue := recordFaults(ctx, r.recorder, gc, clusterFaultKey(gc), faults, now)
+	if r.Simulator != nil {
+		r.Simulator.Configure(l.Store().Name(), workloadOptions(gc.Spec.Simulation))
+	}
 
 	gc.Status.FailureDomains = nil
 	if gc.Spec.Backend.Azure != nil {
@@ -395,6 +402,27 @@ func (r *GoofyClusterReconciler) releaseOrphan(ctx context.Context, gc *infrav1.
 		return err
 	}
 	return client.IgnoreNotFound(r.Client.Patch(ctx, gc, client.MergeFrom(orig)))
+}
+
+// workloadOptions are the simulator's settings of one cluster from its spec.simulation.workloads.
+func workloadOptions(sim *infrav1.ClusterSimulation) simulate.ClusterOptions {
+	var opts simulate.ClusterOptions
+	if sim == nil || sim.Workloads == nil {
+		return opts
+	}
+	switch sim.Workloads.Mode {
+	case infrav1.WorkloadsEnabled:
+		opts.Workloads = simulate.WorkloadsOn
+	case infrav1.WorkloadsDisabled:
+		opts.Workloads = simulate.WorkloadsOff
+	}
+	if d := sim.Workloads.PodStartDelay; d != nil {
+		opts.PodStartDelay = d.Duration
+	}
+	if d := sim.Workloads.JobRunTime; d != nil {
+		opts.JobRunTime = d.Duration
+	}
+	return opts
 }
 
 func setTrue(obj conditions.Setter, condType, reason, message string) {

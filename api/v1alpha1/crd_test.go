@@ -250,6 +250,15 @@ spec: {simulation: {unreachable: true, unreachableUntil: tomorrow}}`,
 		{"machine template fault until not a time", `kind: GoofyMachineTemplate
 spec: {template: {spec: {simulation: {vmFailed: true, vmFailedUntil: soon}}}}`,
 			"spec.template.spec.simulation.vmFailedUntil", "date-time"},
+		{"workloads unknown mode", `kind: GoofyCluster
+spec: {simulation: {workloads: {mode: Off}}}`,
+			"spec.simulation.workloads.mode", "Unsupported value"},
+		{"workloads zero pod start delay", `kind: GoofyCluster
+spec: {simulation: {workloads: {podStartDelay: 0s}}}`,
+			"spec.simulation.workloads.podStartDelay", "podStartDelay must be a duration above 0s and at most 1h"},
+		{"workloads job run time above a day", `kind: GoofyCluster
+spec: {simulation: {workloads: {jobRunTime: 25h}}}`,
+			"spec.simulation.workloads.jobRunTime", "jobRunTime must be a duration above 0s and at most 24h"},
 		{"cluster template both backends", `kind: GoofyClusterTemplate
 spec: {template: {spec: {backend: {inMemory: {}, azure: {subscriptionID: 00000000-0000-0000-0000-000000000001, resourceGroup: rg, clusterUID: u}}}}}`,
 			"spec.template.spec.backend", "set exactly one of inMemory or azure"},

@@ -28,7 +28,8 @@ type GoofyClusterSpec struct {
 	// +kubebuilder:validation:MaxItems=100
 	FailureDomains []GoofyFailureDomain `json:"failureDomains,omitempty"`
 
-	// simulation injects faults into the simulated workload cluster (docs/faults.md).
+	// simulation injects faults into the simulated workload cluster (docs/faults.md) and
+	// configures its workloads (docs/workloads.md).
 	// +optional
 	Simulation *ClusterSimulation `json:"simulation,omitempty"`
 }

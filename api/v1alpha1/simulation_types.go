@@ -6,8 +6,9 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // until time after which it stops by itself. A boolean or enumerated fault takes its time from the
 // sibling field named <fault>Until, a fault that is an object from its own until field.
 
-// ClusterSimulation holds the faults injected into a simulated workload cluster's endpoint: its API
-// server and its etcd members. They never affect another cluster.
+// ClusterSimulation holds the faults injected into a simulated workload cluster's endpoint (its API
+// server and its etcd members) and the settings of its workloads. They never affect another
+// cluster.
 type ClusterSimulation struct {
 	// unreachable makes the cluster's endpoint refuse new connections and close open ones; the
 	// cluster keeps its state and serves it again once the field is removed.
@@ -25,6 +26,47 @@ type ClusterSimulation struct {
 	// etcd injects latency, an alarm or the loss of the leader into the etcd members' answers.
 	// +optional
 	Etcd *EtcdSimulation `json:"etcd,omitempty"`
+
+	// workloads configures what runs in the cluster (docs/workloads.md): the simulated
+	// scheduler, kubelets and kube-controller-manager's workload controllers. Not a fault: it
+	// does not set FaultsInjected.
+	// +optional
+	Workloads *WorkloadSimulation `json:"workloads,omitempty"`
+}
+
+// WorkloadsMode turns a cluster's workload simulation on or off.
+// +kubebuilder:validation:Enum=Enabled;Disabled
+type WorkloadsMode string
+
+const (
+	// WorkloadsEnabled runs pods: scheduled, started, completed and drained.
+	WorkloadsEnabled WorkloadsMode = "Enabled"
+	// WorkloadsDisabled is the lighter cluster: no pod is created, scheduled or started, and
+	// Deployments and DaemonSets report their rollouts at once.
+	WorkloadsDisabled WorkloadsMode = "Disabled"
+)
+
+// WorkloadSimulation configures the workloads of one simulated cluster; an absent field keeps
+// the manager's flag (--simulate-workloads, --pod-start-delay, --job-run-time).
+type WorkloadSimulation struct {
+	// mode turns the workload simulation on or off for this cluster. Turned off, the
+	// workload controllers stop and leave their objects as they are; turned on again, they
+	// take them over as after a restart.
+	// +optional
+	Mode WorkloadsMode `json:"mode,omitempty"`
+
+	// podStartDelay is how long a kubelet takes from a pod's binding to its containers
+	// running, e.g. "2s".
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('1h')",message="podStartDelay must be a duration above 0s and at most 1h"
+	PodStartDelay *metav1.Duration `json:"podStartDelay,omitempty"`
+
+	// jobRunTime is how long a Job's pod runs before its containers exit 0, e.g. "30s".
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('24h')",message="jobRunTime must be a duration above 0s and at most 24h"
+	JobRunTime *metav1.Duration `json:"jobRunTime,omitempty"`
 }
 
 // APIServerSimulation are the faults of the simulated kube-apiserver.

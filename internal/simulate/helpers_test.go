@@ -34,6 +34,7 @@ const testVersion = "v1.36.3"
 type env struct {
 	t       *testing.T
 	manager *store.Manager
+	sim     *simulate.Simulator
 	cluster *store.Cluster
 	client  client.Client // in-process, as Goofy's machine controller writes Nodes
 	server  *httptest.Server
@@ -43,7 +44,8 @@ type env struct {
 // newEnv starts a cluster; db, when set, keeps its state (for restarts).
 func newEnv(t *testing.T, db *storage.DB) *env {
 	t.Helper()
-	opts := []store.ManagerOption{store.WithSimulator(simulate.New(simulate.Options{Workloads: true, PodStartDelay: 200 * time.Millisecond, JobRunTime: 300 * time.Millisecond}))}
+	sim := simulate.New(simulate.Options{Workloads: true, PodStartDelay: 200 * time.Millisecond, JobRunTime: 300 * time.Millisecond})
+	opts := []store.ManagerOption{store.WithSimulator(sim)}
 	if db != nil {
 		opts = append(opts, store.WithStorage(db))
 	}
@@ -52,7 +54,7 @@ func newEnv(t *testing.T, db *storage.DB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, manager: m, cluster: c, client: c.Client()}
+	e := &env{t: t, manager: m, sim: sim, cluster: c, client: c.Client()}
 	e.server = httptest.NewServer(apiserver.NewHandler(c, apiserver.Options{}))
 	t.Cleanup(e.stop)
 	cs, err := kubernetes.NewForConfig(&rest.Config{Host: e.server.URL, QPS: -1, Timeout: 30 * time.Second})

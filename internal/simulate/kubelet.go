@@ -45,7 +45,7 @@ func (k *kubelet) observe(ch store.Change) {
 		old, _ := ch.Old.(*corev1.Pod)
 		switch {
 		case obj.Status.Phase == corev1.PodPending && (old == nil || old.Spec.NodeName == ""):
-			k.c.after(k.c.sim.opts.PodStartDelay, k.idx, keyOf(obj))
+			k.c.after(k.c.podStartDelay(), k.idx, keyOf(obj))
 		case obj.Status.Phase == corev1.PodRunning && old == nil && (!isReady(obj) || isJobPod(obj)):
 			k.c.enqueue(k.idx, keyOf(obj)) // restarted: re-arm its readiness or its completion
 		}
@@ -78,7 +78,7 @@ func (k *kubelet) sync(ctx context.Context, key string) error {
 		if !nodeReady(node) {
 			return nil // the kubelet is down; the node's return queues the pod again
 		}
-		if wait := startsAt(pod, k.c.sim.opts.PodStartDelay).Sub(now); wait > 0 {
+		if wait := startsAt(pod, k.c.podStartDelay()).Sub(now); wait > 0 {
 			k.c.after(wait, k.idx, key)
 			return nil
 		}
@@ -94,14 +94,14 @@ func (k *kubelet) sync(ctx context.Context, key string) error {
 	}
 	if isJobPod(pod) && pod.Status.StartTime != nil {
 		// A Job's containers exit 0 once they have run for JobRunTime.
-		if wait := pod.Status.StartTime.Add(k.c.sim.opts.JobRunTime).Sub(now); wait > 0 {
+		if wait := pod.Status.StartTime.Add(k.c.jobRunTime()).Sub(now); wait > 0 {
 			k.c.after(wait, k.idx, key)
 		} else if nodeReady(node) {
 			completePod(next, now)
 			return k.c.client.Status().Update(ctx, next)
 		}
 	} else if isJobPod(next) {
-		k.c.after(k.c.sim.opts.JobRunTime, k.idx, key)
+		k.c.after(k.c.jobRunTime(), k.idx, key)
 	}
 	if nodeReady(node) {
 		ready, wait := containersReady(next, now)

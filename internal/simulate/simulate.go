@@ -18,7 +18,7 @@ type Options struct {
 	// Workloads runs the workload controllers (Deployments, ReplicaSets, DaemonSets,
 	// PodDisruptionBudgets), the scheduler and the kubelets' pod lifecycle. Off, a cluster is
 	// today's lighter one: Deployments and DaemonSets report their rollouts at once and no pod
-	// is created, scheduled or started (SetWorkloads changes it per cluster).
+	// is created, scheduled or started. Configure overrides it per cluster.
 	Workloads bool
 	// PodStartDelay is how long a kubelet takes from a pod's binding to its containers running.
 	PodStartDelay time.Duration
@@ -44,8 +44,19 @@ type Simulator struct {
 
 	mu       sync.Mutex
 	clusters map[string]*cluster
-	// workloadsOff are the clusters whose workloads SetWorkloads turned off.
-	workloadsOff map[string]bool
+	// perCluster are the clusters' own settings (Configure), by cluster name.
+	perCluster map[string]ClusterOptions
+}
+
+// ClusterOptions override the simulator's Options for one cluster (a GoofyCluster's
+// spec.simulation.workloads); a zero field keeps the simulator's value.
+type ClusterOptions struct {
+	// Workloads overrides Options.Workloads: WorkloadsOn or WorkloadsOff.
+	Workloads WorkloadsSwitch
+	// PodStartDelay overrides Options.PodStartDelay.
+	PodStartDelay time.Duration
+	// JobRunTime overrides Options.JobRunTime.
+	JobRunTime time.Duration
 }
 
 // New returns a Simulator.
@@ -57,11 +68,42 @@ func New(opts Options) *Simulator {
 		opts.JobRunTime = DefaultJobRunTime
 	}
 	return &Simulator{
-		opts:         opts,
-		busy:         make(chan struct{}, 2*runtime.GOMAXPROCS(0)),
-		clusters:     map[string]*cluster{},
-		workloadsOff: map[string]bool{},
+		opts:       opts,
+		busy:       make(chan struct{}, 2*runtime.GOMAXPROCS(0)),
+		clusters:   map[string]*cluster{},
+		perCluster: map[string]ClusterOptions{},
 	}
+}
+
+// WorkloadsSwitch turns a cluster's workload simulation on or off against the simulator's default.
+type WorkloadsSwitch int
+
+const (
+	// WorkloadsDefault keeps Options.Workloads.
+	WorkloadsDefault WorkloadsSwitch = iota
+	// WorkloadsOn runs the cluster's workloads even when Options.Workloads is off.
+	WorkloadsOn
+	// WorkloadsOff is today's lighter cluster even when Options.Workloads is on.
+	WorkloadsOff
+)
+
+// optionsFor merges a cluster's own settings over the simulator's.
+func (s *Simulator) optionsFor(name string) Options {
+	opts := s.opts
+	own := s.perCluster[name]
+	switch own.Workloads {
+	case WorkloadsOn:
+		opts.Workloads = true
+	case WorkloadsOff:
+		opts.Workloads = false
+	}
+	if own.PodStartDelay > 0 {
+		opts.PodStartDelay = own.PodStartDelay
+	}
+	if own.JobRunTime > 0 {
+		opts.JobRunTime = own.JobRunTime
+	}
+	return opts
 }
 
 // Start starts the components of c; the function it returns stops them.
@@ -70,36 +112,49 @@ func (s *Simulator) Start(c *store.Cluster) (stop func()) {
 	defer s.mu.Unlock()
 	cl := &cluster{sim: s, store: c}
 	s.clusters[c.Name()] = cl
-	cl.start(s.opts.Workloads && !s.workloadsOff[c.Name()])
+	cl.start(s.optionsFor(c.Name()))
 	return func() {
+		// Configure may have replaced cl by a cluster with other controllers: stop what runs now.
 		s.mu.Lock()
-		if s.clusters[c.Name()] == cl {
-			delete(s.clusters, c.Name())
+		cur := s.clusters[c.Name()]
+		if cur == nil || cur.store != c {
+			s.mu.Unlock()
+			return
 		}
+		delete(s.clusters, c.Name())
+		delete(s.perCluster, c.Name()) // a cluster made again under the name is configured again
 		s.mu.Unlock()
-		cl.stop()
+		cur.stop()
 	}
 }
 
-// SetWorkloads turns a cluster's workload simulation on or off (when the simulator's Options
-// enable workloads at all). It holds for the cluster's name from then on, also for a cluster
-// started later.
-func (s *Simulator) SetWorkloads(name string, on bool) {
+// Configure sets a cluster's own settings, from then on, also for a cluster started later
+// (after a restart the GoofyCluster's reconcile configures its cluster again). A change of the
+// timings applies to the timers armed after it; turning workloads off stops the workload
+// controllers and leaves their objects as they are (Deployments and DaemonSets then report
+// their rollouts at once, as a cluster that never ran pods); turning them on starts them, and
+// they take over the objects as after a restart.
+func (s *Simulator) Configure(name string, own ClusterOptions) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if on {
-		delete(s.workloadsOff, name)
+	if own == (ClusterOptions{}) {
+		delete(s.perCluster, name)
 	} else {
-		s.workloadsOff[name] = true
+		s.perCluster[name] = own
 	}
 	cl := s.clusters[name]
-	if cl == nil || cl.workloads == (on && s.opts.Workloads) {
+	if cl == nil {
+		return
+	}
+	opts := s.optionsFor(name)
+	if cl.opts.Workloads == opts.Workloads {
+		cl.setTimings(opts)
 		return
 	}
 	cl.stop()
 	next := &cluster{sim: s, store: cl.store}
 	s.clusters[name] = next
-	next.start(on && s.opts.Workloads)
+	next.start(opts)
 }
 
 // controller is one simulated component of a cluster.
@@ -115,11 +170,14 @@ type controller interface {
 
 // cluster is the running components of one workload cluster.
 type cluster struct {
-	sim       *Simulator
-	store     *store.Cluster
-	client    client.Client
-	cache     *cache
-	workloads bool
+	sim    *Simulator
+	store  *store.Cluster
+	client client.Client
+	cache  *cache
+
+	// optsMu guards opts' timings, which Configure changes while the controllers run.
+	optsMu sync.RWMutex
+	opts   Options
 
 	controllers []controller
 	stopInform  func()
@@ -139,8 +197,9 @@ type item struct {
 	key  string
 }
 
-func (c *cluster) start(workloads bool) {
-	c.workloads = workloads
+func (c *cluster) start(opts Options) {
+	c.opts = opts
+	workloads := opts.Workloads
 	c.client = c.store.Client(store.WithoutManagedFields(), store.WithoutSyncWait())
 	c.cache = newCache()
 	c.queued = map[item]bool{}
@@ -177,6 +236,27 @@ func (c *cluster) start(workloads bool) {
 		}
 	}
 	c.stopInform = c.store.Inform(resources, c.observe)
+}
+
+// setTimings changes the pod start delay and job run time of a running cluster.
+func (c *cluster) setTimings(opts Options) {
+	c.optsMu.Lock()
+	c.opts.PodStartDelay, c.opts.JobRunTime = opts.PodStartDelay, opts.JobRunTime
+	c.optsMu.Unlock()
+}
+
+// podStartDelay is how long this cluster's kubelets take to start a bound pod.
+func (c *cluster) podStartDelay() time.Duration {
+	c.optsMu.RLock()
+	defer c.optsMu.RUnlock()
+	return c.opts.PodStartDelay
+}
+
+// jobRunTime is how long this cluster's Job pods run.
+func (c *cluster) jobRunTime() time.Duration {
+	c.optsMu.RLock()
+	defer c.optsMu.RUnlock()
+	return c.opts.JobRunTime
 }
 
 // observe keeps the cache and hands the change to the controllers that watch its kind. The store

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/workload"
 )
@@ -577,4 +578,38 @@ spec:
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(jobs.Items).To(HaveLen(1), "one Job for the latest missed time, not one per missed time")
 	g.Expect(jobs.Items[0].Annotations).To(HaveKeyWithValue(batchv1.CronJobScheduledTimestampAnnotation, latest.UTC().Format(time.RFC3339)))
+}
+
+// TestConfigurePerCluster: a cluster's own settings (GoofyCluster spec.simulation.workloads)
+// turn its workloads off, so that a Deployment reports its rollout with no pod, and on again
+// with a slower kubelet, whose pods start only after the cluster's own delay.
+func TestConfigurePerCluster(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t, nil)
+	e.addKubeadmObjects()
+	e.addNode("worker-0", "10.0.0.20", false)
+	e.addNode("worker-1", "10.0.0.21", false)
+
+	e.sim.Configure("test", simulate.ClusterOptions{Workloads: simulate.WorkloadsOff})
+	e.kubectl(true, deploymentManifest, "apply", "-f", "-")
+	e.kubectl(true, "", "rollout", "status", "deployment/web", "--timeout=30s")
+	g.Consistently(func(g Gomega) {
+		g.Expect(webPods(g, e)).To(BeEmpty())
+	}, time.Second, 100*time.Millisecond).Should(Succeed())
+
+	const delay = 3 * time.Second
+	e.sim.Configure("test", simulate.ClusterOptions{PodStartDelay: delay})
+	// The controllers take the Deployment over: six pods, started no sooner than the delay
+	// after their creation (timestamps have whole seconds).
+	g.Eventually(func(g Gomega) {
+		pods := webPods(g, e)
+		g.Expect(pods).To(HaveLen(6))
+		for _, p := range pods {
+			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
+			g.Expect(p.Status.ContainerStatuses).NotTo(BeEmpty())
+			started := p.Status.ContainerStatuses[0].State.Running.StartedAt.Time
+			g.Expect(started.Sub(p.CreationTimestamp.Time)).To(BeNumerically(">=", delay-time.Second))
+		}
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	e.kubectl(true, "", "rollout", "status", "deployment/web", "--timeout=30s")
 }
