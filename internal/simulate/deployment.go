@@ -114,6 +114,11 @@ func (d *deploymentController) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	// The rollout updates its ReplicaSets in place as it scales them: its own copies, never the
+	// cache's objects, which the store shares with its readers.
+	for i := range rsList {
+		rsList[i] = rsList[i].DeepCopy()
+	}
 	r := &rollout{d: dep}
 	if dep.DeletionTimestamp != nil {
 		r.split(rsList)
@@ -136,6 +141,7 @@ func (d *deploymentController) sync(ctx context.Context, key string) error {
 			return err
 		}
 	}
+	dep = r.d
 	var changed bool
 	if recreate {
 		changed, err = d.rolloutRecreate(ctx, r)
@@ -342,7 +348,7 @@ func (d *deploymentController) createNewRS(ctx context.Context, r *rollout) erro
 		return err
 	}
 	r.newRS, r.created = rs, true
-	return d.setDeploymentRevision(ctx, dep, rs.Annotations[revisionAnnotation])
+	return d.setDeploymentRevision(ctx, r, rs.Annotations[revisionAnnotation])
 }
 
 // syncRevision gives the new ReplicaSet the newest revision (after a rollout undo it had an old
@@ -370,14 +376,16 @@ func (d *deploymentController) syncRevision(ctx context.Context, r *rollout) err
 		}
 		r.newRS = next
 	}
-	return d.setDeploymentRevision(ctx, r.d, strconv.FormatInt(rev, 10))
+	return d.setDeploymentRevision(ctx, r, strconv.FormatInt(rev, 10))
 }
 
-func (d *deploymentController) setDeploymentRevision(ctx context.Context, dep *appsv1.Deployment, rev string) error {
-	if dep.Annotations[revisionAnnotation] == rev {
+// setDeploymentRevision stores the Deployment's revision annotation; the rollout goes on from
+// the stored Deployment. (r.d is the cache's object, shared with the store: never written.)
+func (d *deploymentController) setDeploymentRevision(ctx context.Context, r *rollout, rev string) error {
+	if r.d.Annotations[revisionAnnotation] == rev {
 		return nil
 	}
-	next := dep.DeepCopy()
+	next := r.d.DeepCopy()
 	if next.Annotations == nil {
 		next.Annotations = map[string]string{}
 	}
@@ -385,10 +393,7 @@ func (d *deploymentController) setDeploymentRevision(ctx context.Context, dep *a
 	if err := d.c.client.Update(ctx, next); err != nil {
 		return err
 	}
-	r, _ := d.c.cache.get(deploymentsGR, keyOf(dep)).(*appsv1.Deployment)
-	if r != nil {
-		*dep = *r.DeepCopy() // go on from what is stored
-	}
+	r.d = next // Update set its new resourceVersion
 	return nil
 }
 

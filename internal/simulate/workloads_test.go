@@ -613,3 +613,82 @@ func TestConfigurePerCluster(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
 	e.kubectl(true, "", "rollout", "status", "deployment/web", "--timeout=30s")
 }
+
+// TestTenThousandReplicas: a Deployment of 10,000 replicas in a cluster of two workers gets its
+// 10,000 pods (created at most 500 per ReplicaSet sync, as upstream), no more; the nodes take as
+// many as their pod capacity allows and the rest wait Pending and Unschedulable, while the API
+// keeps answering.
+func TestTenThousandReplicas(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t, nil)
+	e.addNode("worker-0", "10.0.0.20", false)
+	e.addNode("worker-1", "10.0.0.21", false)
+	ctx := context.Background()
+	labels := map[string]string{"app": "many"}
+	_, err := e.cs.AppsV1().Deployments("default").Create(ctx, &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "many"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](10000),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}},
+		},
+	}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	count := func(g Gomega) (total, bound int) {
+		list := &corev1.PodList{}
+		g.Expect(e.client.List(ctx, list, client.InNamespace("default"))).To(Succeed())
+		perNode := map[string]int{}
+		for _, p := range list.Items {
+			if p.Spec.NodeName != "" {
+				perNode[p.Spec.NodeName]++
+				bound++
+			}
+		}
+		for node, n := range perNode {
+			g.Expect(n).To(BeNumerically("<=", 110), "pods on %s beyond its capacity", node)
+		}
+		return len(list.Items), bound
+	}
+	g.Eventually(func(g Gomega) {
+		// The API answers while the controllers work.
+		_, err := e.cs.CoreV1().Nodes().Get(ctx, "worker-0", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		total, bound := count(g)
+		g.Expect(total).To(Equal(10000))
+		g.Expect(bound).To(Equal(220))
+	}, 2*time.Minute, time.Second).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		total, _ := count(g)
+		g.Expect(total).To(Equal(10000), "no more pods than replicas")
+	}, 2*time.Second, 500*time.Millisecond).Should(Succeed())
+
+	// A pending pod says why, as kube-scheduler does.
+	list := &corev1.PodList{}
+	g.Expect(e.client.List(ctx, list, client.InNamespace("default"))).To(Succeed())
+	var pending *corev1.Pod
+	for i := range list.Items {
+		if list.Items[i].Spec.NodeName == "" {
+			pending = &list.Items[i]
+			break
+		}
+	}
+	g.Expect(pending).NotTo(BeNil())
+	g.Eventually(func(g Gomega) {
+		p := &corev1.Pod{}
+		g.Expect(e.client.Get(ctx, client.ObjectKeyFromObject(pending), p)).To(Succeed())
+		var cond *corev1.PodCondition
+		for i := range p.Status.Conditions {
+			if p.Status.Conditions[i].Type == corev1.PodScheduled {
+				cond = &p.Status.Conditions[i]
+			}
+		}
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Reason).To(Equal(corev1.PodReasonUnschedulable))
+		g.Expect(cond.Message).To(HavePrefix("0/2 nodes are available: 2 Too many pods."))
+	}, 30*time.Second, 200*time.Millisecond).Should(Succeed())
+	dep, err := e.cs.AppsV1().Deployments("default").Get(ctx, "many", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(dep.Status.Replicas).To(Equal(int32(10000)))
+}
