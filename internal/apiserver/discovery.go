@@ -13,6 +13,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	metricsv1beta1 "k8s.io/metrics/pkg/apis/metrics/v1beta1"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
@@ -21,7 +22,7 @@ import (
 // group priority); discovery clients use the first listed version as the preferred one and
 // kubectl prints api-resources in this order.
 var groupOrder = []string{
-	"", "apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "batch", "policy", "rbac.authorization.k8s.io", "storage.k8s.io",
+	"", "apiregistration.k8s.io", "apps", "events.k8s.io", "authentication.k8s.io", "authorization.k8s.io", "batch", "policy", "rbac.authorization.k8s.io", "storage.k8s.io",
 	"apiextensions.k8s.io", "coordination.k8s.io", "discovery.k8s.io",
 }
 
@@ -52,6 +53,10 @@ type discoveryDocs struct {
 }
 
 func groupRank(g string) int {
+	if g == metricsv1beta1.GroupName {
+		// metrics-server's APIService has groupPriorityMinimum 100, below the 1000 of CRD groups.
+		return len(groupOrder) + 1
+	}
 	for i, o := range groupOrder {
 		if o == g {
 			return i

@@ -112,7 +112,9 @@ func TestDiscoveryAggregatedAndLegacy(t *testing.T) {
 	var agg apidiscoveryv2.APIGroupDiscoveryList
 	g.Expect(json.Unmarshal([]byte(body), &agg)).To(Succeed())
 	g.Expect(agg.Kind).To(Equal("APIGroupDiscoveryList"))
-	g.Expect(agg.Items[0].Name).To(Equal("apps"))
+	// kube-aggregator's own group first (priority 18000), as upstream lists it.
+	g.Expect(agg.Items[0].Name).To(Equal("apiregistration.k8s.io"))
+	g.Expect(agg.Items[1].Name).To(Equal("apps"))
 
 	// Unsupported Accept is a 406 Status.
 	code, _, body = env.do(t, http.MethodGet, "/api/v1", "", "text/html", "")

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,6 +42,9 @@ type Options struct {
 	Logger logr.Logger
 	// MaxRequestBodyBytes bounds request bodies; 0 means DefaultMaxRequestBodyBytes.
 	MaxRequestBodyBytes int64
+	// Now is the clock of the simulated resource metrics (metrics.go); nil means time.Now. Tests
+	// set it to read consecutive metrics windows without waiting for them.
+	Now func() time.Time
 }
 
 type handler struct {

@@ -396,3 +396,44 @@ func kubectlWithNode(t *testing.T) (*kubectl, *kubernetes.Clientset, context.Con
 	createNode(t, env, readyNode("worker-0"))
 	return newKubectl(t, env), env.clientset(t), ctx(t)
 }
+
+// TestKubectlTop: `kubectl top` finds the metrics API through discovery and prints every node
+// (a NotReady one, which has no metrics, as <unknown>) and the Running pods.
+func TestKubectlTop(t *testing.T) {
+	g := NewWithT(t)
+	env, _ := newMetricsEnv(t)
+	k := newKubectl(t, env)
+
+	out, _ := k.run("", "top", "nodes")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	g.Expect(lines).To(HaveLen(4), out)
+	g.Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "CPU(cores)", "CPU(%)", "MEMORY(bytes)", "MEMORY(%)"}))
+	g.Expect(out).To(MatchRegexp(`(?m)^cp-0\s+\d+m\s+\d+%\s+\d+Mi\s+\d+%\s*$`))
+	g.Expect(out).To(MatchRegexp(`(?m)^worker-0\s+\d+m\s+\d+%\s+\d+Mi\s+\d+%\s*$`))
+	g.Expect(out).To(MatchRegexp(`(?m)^worker-1\s+<unknown>\s+<unknown>\s+<unknown>\s+<unknown>\s*$`))
+
+	out, _ = k.run("", "top", "pods", "-A")
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	g.Expect(lines).To(HaveLen(4), out)
+	g.Expect(strings.Fields(lines[0])).To(Equal([]string{"NAMESPACE", "NAME", "CPU(cores)", "MEMORY(bytes)"}))
+	for _, p := range []string{`default\s+web-0`, `demo\s+api-0`, `kube-system\s+etcd-cp-0`} {
+		g.Expect(out).To(MatchRegexp(`(?m)^`+p+`\s+\d+m\s+\d+Mi\s*$`), p)
+	}
+
+	out, _ = k.run("", "top", "pod", "web-0", "--containers")
+	g.Expect(out).To(MatchRegexp(`(?m)^web-0\s+web\s+\d+m\s+\d+Mi\s*$`))
+	g.Expect(out).To(MatchRegexp(`(?m)^web-0\s+sidecar\s+\d+m\s+\d+Mi\s*$`))
+	out, _ = k.run("", "top", "pods", "-n", "demo", "-l", "app=api")
+	g.Expect(out).To(MatchRegexp(`(?m)^api-0\s+\d+m\s+\d+Mi\s*$`))
+	out, _ = k.run("", "get", "nodes.metrics.k8s.io")
+	g.Expect(strings.Fields(strings.SplitN(out, "\n", 2)[0])).To(Equal([]string{"NAME", "CPU", "MEMORY", "WINDOW"}))
+	g.Expect(out).To(MatchRegexp(`(?m)^worker-0\s+\d+n\s+\d+Ki\s+15s\s*$`))
+
+	out, _ = k.run("", "get", "apiservice", "v1beta1.metrics.k8s.io")
+	g.Expect(out).To(MatchRegexp(`(?m)^v1beta1\.metrics\.k8s\.io\s+kube-system/metrics-server\s+True\s+\S+\s*$`))
+	out, _ = k.run("", "wait", "--for=condition=Available", "apiservice/v1beta1.metrics.k8s.io", "--timeout=10s")
+	g.Expect(out).To(ContainSubstring("condition met"))
+
+	_, errOut := k.runFailing("top", "pod", "pending-0", "-n", "demo")
+	g.Expect(errOut).To(ContainSubstring(`podmetrics.metrics.k8s.io "demo/pending-0" not found`))
+}

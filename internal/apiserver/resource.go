@@ -80,6 +80,10 @@ func (h *handler) serveResource(w http.ResponseWriter, r *http.Request, info *ap
 			}
 		}
 	}
+	if ok && isNodeProxy(info) {
+		h.serveNodeProxy(w, r, info)
+		return
+	}
 	if !ok || len(info.Parts) > 3 || (info.APIPrefix == "api" && info.APIGroup != "") {
 		h.writeError(w, r, notFound())
 		return
@@ -125,6 +129,14 @@ func (h *handler) serveResource(w http.ResponseWriter, r *http.Request, info *ap
 	if (ri.Namespaced && rq.ns == "" && rq.verb != "list" && rq.verb != "watch") ||
 		(rq.verb == "create" && rq.name != "") || ((rq.verb == "update" || rq.verb == "patch") && rq.name == "") {
 		h.writeError(w, r, apierrors.NewMethodNotSupported(rq.gr(), rq.verb))
+		return
+	}
+	switch {
+	case isMetrics(gvr):
+		h.serveMetrics(rq)
+		return
+	case gvr == apiServicesGVR:
+		h.serveAPIServices(rq)
 		return
 	}
 

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"net/http"
+	"slices"
 	"sync"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -48,9 +49,10 @@ func review(gvr schema.GroupVersionResource, kind string, namespaced bool) store
 	return store.ResourceInfo{GVR: gvr, Kind: kind, Singular: gvr.Resource[:len(gvr.Resource)-1], Namespaced: namespaced, Verbs: []string{"create"}}
 }
 
-// servedResources are the store's resources and the review APIs.
+// servedResources are the store's resources, the review APIs, the APIServices and the resource
+// metrics API.
 func servedResources() []store.ResourceInfo {
-	return append(store.Resources(), reviewResources...)
+	return slices.Concat(store.Resources(), reviewResources, apiServiceResources, metricsResources)
 }
 
 var reviewCodecs = sync.OnceValue(func() runtime.NegotiatedSerializer {
