@@ -177,8 +177,8 @@ bench: ## Scale scenario through real CAPI on a fresh management plane per provi
 		$(if $(QPS),-qps $(QPS)) $(if $(BURST),-burst $(BURST)) $(if $(CONCURRENCY),-concurrency $(CONCURRENCY)) $(if $(FAULTS),-faults $(FAULTS)) $(if $(SHARDS),-shards $(SHARDS))
 
 .PHONY: bench-mux
-bench-mux: ## Mux-only scale benchmark: 1,000 clusters x (3 control-plane + 3 workers) in one process under CAPI-like load.
-	go test -run '^$$' -bench BenchmarkMuxScale -benchtime 1x -timeout 30m ./internal/mux/
+bench-mux: ## Mux-only scale benchmark: 1,000 clusters x (3 control-plane + 3 workers) in one process under CAPI-like load (PODS=30: that many running pods per node; SETTLE=310: memory again once the watch history expired).
+	GOOFY_BENCH_PODS=$(PODS) GOOFY_BENCH_SETTLE_SECONDS=$(SETTLE) go test -run '^$$' -bench BenchmarkMuxScale -benchtime 1x -timeout 30m ./internal/mux/
 
 .PHONY: bench-go
 bench-go: ## Run the Go micro-benchmarks of the store, API server and mux.

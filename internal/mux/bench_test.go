@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg/proxy"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/workload"
@@ -58,12 +60,16 @@ func BenchmarkMuxScale(b *testing.B) {
 	cps := benchEnvInt("GOOFY_BENCH_CP", 3)
 	workers := benchEnvInt("GOOFY_BENCH_WORKERS", 3)
 	loadFor := time.Duration(benchEnvInt("GOOFY_BENCH_LOAD_SECONDS", 10)) * time.Second
+	podsPerNode := 0
+	if v, err := strconv.Atoi(os.Getenv("GOOFY_BENCH_PODS")); err == nil && v > 0 {
+		podsPerNode = v
+	}
 	for range b.N {
-		benchMuxScale(b, clusters, cps, workers, loadFor)
+		benchMuxScale(b, clusters, cps, workers, podsPerNode, loadFor)
 	}
 }
 
-func benchMuxScale(b *testing.B, clusters, cps, workers int, loadFor time.Duration) {
+func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFor time.Duration) {
 	// Watches cancelled at the end of the load make the API server handler log; keep output readable.
 	klog.SetOutput(io.Discard)
 	klog.LogToStderr(false)
@@ -76,15 +82,19 @@ func benchMuxScale(b *testing.B, clusters, cps, workers int, loadFor time.Durati
 		db     *storage.DB
 		err    error
 	)
-	if os.Getenv("GOOFY_BENCH_STATE") == "memory" {
-		stores = store.NewManager()
-	} else {
+	var storeOpts []store.ManagerOption
+	if podsPerNode > 0 {
+		// The workload option: pods run, with the manager's defaults (main.go's flags).
+		storeOpts = append(storeOpts, store.WithSimulator(simulate.New(simulate.Options{Workloads: true})))
+	}
+	if os.Getenv("GOOFY_BENCH_STATE") != "memory" {
 		if db, err = storage.Open(b.TempDir()); err != nil {
 			b.Fatal(err)
 		}
 		defer db.Close()
-		stores = store.NewManager(store.WithStorage(db))
+		storeOpts = append(storeOpts, store.WithStorage(db))
 	}
+	stores = store.NewManager(storeOpts...)
 	m, err := NewWorkloadClustersMux(stores, "127.0.0.1", WithPortRange(4000, 4000+clusters+99))
 	if err != nil {
 		b.Fatal(err)
@@ -116,10 +126,14 @@ func benchMuxScale(b *testing.B, clusters, cps, workers int, loadFor time.Durati
 		for j := range cps + workers {
 			node := fmt.Sprintf("c%04d-%s-%d", i, map[bool]string{true: "cp", false: "md"}[j < cps], j)
 			nodeNames[i] = append(nodeNames[i], node)
-			benchCreateWithStatus(b, c, workload.Node(workload.NodeSpec{
+			n := workload.Node(workload.NodeSpec{
 				Name: node, ProviderID: "goofy://" + name + "/" + node, KubeletVersion: "v1.36.3",
 				InternalIP: fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+10), ControlPlane: j < cps, Ready: true,
-			}, now))
+			}, now)
+			if podsPerNode > 0 {
+				n = benchNodeForPods(n)
+			}
+			benchCreateWithStatus(b, c, n)
 			if j >= cps {
 				continue
 			}
@@ -151,6 +165,9 @@ func benchMuxScale(b *testing.B, clusters, cps, workers int, loadFor time.Durati
 	rssServer := benchRSS() - rssBefore
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	if podsPerNode > 0 {
+		benchPods(b, m, db, names, cps+workers, podsPerNode)
+	}
 
 	// CAPI-like load.
 	var (
@@ -244,8 +261,9 @@ func benchMuxScale(b *testing.B, clusters, cps, workers int, loadFor time.Durati
 					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 					defer cancel()
 					ec, err := kcpetcd.NewClient(cctx, kcpetcd.ClientConfiguration{
-						Endpoint:  "etcd-" + nodeNames[i][r.IntN(cps)],
-						Proxy:     proxy.Proxy{Kind: "pods", Namespace: metav1.NamespaceSystem, Port: EtcdClientPort, KubeConfig: restConfigs[i]},
+						Endpoint: "etcd-" + nodeNames[i][r.IntN(cps)],
+						// KCP's dialer writes to the config it is given: one copy per client.
+						Proxy:     proxy.Proxy{Kind: "pods", Namespace: metav1.NamespaceSystem, Port: EtcdClientPort, KubeConfig: rest.CopyConfig(restConfigs[i])},
 						TLSConfig: etcdTLS, DialTimeout: 10 * time.Second, CallTimeout: 10 * time.Second,
 					})
 					if err != nil {
@@ -337,8 +355,20 @@ func benchCreateWithStatus(b *testing.B, c client.Client, obj client.Object) {
 	}
 	withStatus.SetResourceVersion(obj.GetResourceVersion())
 	withStatus.SetUID(obj.GetUID())
-	if err := c.Status().Update(context.Background(), withStatus); err != nil {
-		b.Fatal(err)
+	// With workloads on, node IPAM may write the Node in between: take its resourceVersion and
+	// try again, as kubelet does.
+	for {
+		err := c.Status().Update(context.Background(), withStatus)
+		if !apierrors.IsConflict(err) {
+			if err != nil {
+				b.Fatal(err)
+			}
+			return
+		}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+			b.Fatal(err)
+		}
+		withStatus.SetResourceVersion(obj.GetResourceVersion())
 	}
 }
 

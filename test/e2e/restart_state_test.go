@@ -33,6 +33,9 @@ type workloadState struct {
 	cluster  string
 	userCM   types.UID
 	nodeName string
+	// pods are the cluster's Running pods before the kill (CoreDNS, kube-proxy, the add-on's),
+	// UID -> pod IP: the same ones must run after the restart.
+	pods map[types.UID]string
 
 	mu   sync.Mutex
 	seen map[string]string // ConfigMap name -> newest resourceVersion the informer delivered
@@ -175,7 +178,14 @@ spec:
 	_, err = cs.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 
-	s := &workloadState{cluster: cluster, userCM: cm.UID, nodeName: node.Name, seen: map[string]string{}, stop: make(chan struct{})}
+	// The simulated kubelets run the add-on's pod and kubeadm's (CoreDNS, one kube-proxy per node).
+	var pods map[types.UID]string
+	g.Eventually(func(g Gomega) {
+		pods = runningPods(ctx, g, cs, "")
+		g.Expect(runningPods(ctx, g, cs, "app="+crsGadget)).To(HaveLen(1), "the add-on's pod")
+		g.Expect(runningPods(ctx, g, cs, "k8s-app=kube-dns")).To(HaveLen(2), "CoreDNS's pods")
+	}, 2*time.Minute, time.Second).Should(Succeed())
+	s := &workloadState{cluster: cluster, userCM: cm.UID, nodeName: node.Name, pods: pods, seen: map[string]string{}, stop: make(chan struct{})}
 	t.Cleanup(func() { close(s.stop) })
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace("default"))
 	inf := factory.Core().V1().ConfigMaps().Informer()
@@ -219,6 +229,21 @@ func (s *workloadState) checkAfterRestart(ctx context.Context, t *testing.T, g G
 	g.Expect(node.Labels).To(HaveKeyWithValue(userLabel, "kept"), "the user's Node label")
 	g.Expect(node.Spec.Taints).To(ContainElement(HaveField("Key", userTaint)), "the user's Node taint")
 
+	// The pods that ran before the kill run on: the same UIDs, the same addresses.
+	after := runningPods(ctx, g, cs, "")
+	for uid, ip := range s.pods {
+		g.Expect(after).To(HaveKeyWithValue(uid, ip), "a pod Running before the restart is not Running with its IP after it")
+	}
+	// And the workload controllers go on: the add-on's Deployment scales up.
+	scale, err := cs.AppsV1().Deployments("default").GetScale(ctx, crsGadget, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	scale.Spec.Replicas = 3
+	_, err = cs.AppsV1().Deployments("default").UpdateScale(ctx, crsGadget, scale, metav1.UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func(g Gomega) {
+		g.Expect(runningPods(ctx, g, cs, "app="+crsGadget)).To(HaveLen(3))
+	}, time.Minute, time.Second).Should(Succeed(), "the add-on's Deployment did not scale after the restart")
+
 	// Changes after the restart reach the informer that ran across it.
 	cm.Data["k"] = "after"
 	updated, err := cs.CoreV1().ConfigMaps("default").Update(ctx, cm, metav1.UpdateOptions{})
@@ -246,6 +271,23 @@ func (s *workloadState) checkAfterRestart(ctx context.Context, t *testing.T, g G
 	for _, m := range st.Machines {
 		g.Expect(m.Status.NodeRef.IsDefined()).To(BeTrue(), "machine %s has no nodeRef", m.Name)
 	}
+	// kube-proxy's DaemonSet runs a pod on every node, the new ones too.
+	g.Eventually(func(g Gomega) {
+		g.Expect(runningPods(ctx, g, cs, "k8s-app=kube-proxy")).To(HaveLen(len(st.Machines)))
+	}, time.Minute, time.Second).Should(Succeed(), "kube-proxy does not run on every node after the scale-up")
+}
+
+// runningPods are the Running pods of the cluster that match selector, UID -> pod IP.
+func runningPods(ctx context.Context, g Gomega, cs *kubernetes.Clientset, selector string) map[types.UID]string {
+	list, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: selector})
+	g.Expect(err).NotTo(HaveOccurred())
+	out := map[types.UID]string{}
+	for _, p := range list.Items {
+		if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && p.Status.PodIP != "" {
+			out[p.UID] = p.Status.PodIP
+		}
+	}
+	return out
 }
 
 var gadgetsGVR = schema.GroupVersionResource{Group: "addons.example.com", Version: "v1", Resource: "gadgets"}
