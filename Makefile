@@ -55,8 +55,8 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code (api/v1alpha1/zz_generated
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate CRDs (config/crd/bases) and RBAC (config/rbac) from markers.
-	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="{./api/...,./controllers/...}" output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+manifests: $(CONTROLLER_GEN) ## Generate CRDs (config/crd/bases), RBAC (config/rbac) and the webhook configuration (config/webhook) from markers.
+	$(CONTROLLER_GEN) rbac:roleName=manager-role crd webhook paths="{./api/...,./controllers/...,./internal/webhook/...}" output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
 
 .PHONY: fmt
 fmt: ## Run gofmt on the code.
@@ -89,8 +89,8 @@ build: ## Build the manager binary into bin/manager (its --version is VERSION an
 	go build -ldflags "$(VERSION_LDFLAGS)" -o bin/manager .
 
 .PHONY: run-manager
-run-manager: ## Run the manager against the cluster of the current kubeconfig.
-	go run -ldflags "$(VERSION_LDFLAGS)" . --leader-elect=false
+run-manager: ## Run the manager against the cluster of the current kubeconfig (no webhook server: nothing registers it there).
+	go run -ldflags "$(VERSION_LDFLAGS)" . --leader-elect=false --webhook-port=0
 
 .PHONY: run
 run: ## Quick start: build what is missing, start a local management plane, create a cluster (3 CP + 2 workers; FLAVOR=topology renders it with clusterctl, ClusterClass included), keep running until Ctrl-C.

@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
 	"github.com/goofy-capi/cluster-api-provider-goofy/controllers"
@@ -45,6 +46,7 @@ import (
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
+	webhooks "github.com/goofy-capi/cluster-api-provider-goofy/internal/webhook/v1alpha1"
 )
 
 var scheme = runtime.NewScheme()
@@ -73,6 +75,10 @@ type options struct {
 	// --tls-min-version, --tls-cipher-suites, --tls-curve-preferences.
 	manager    flags.ManagerOptions
 	healthAddr string
+	// The webhook server, as in CAPI's managers: --webhook-port (0: no webhooks), --webhook-cert-dir,
+	// --webhook-cert-name, --webhook-key-name.
+	webhookPort                                     int
+	webhookCertDir, webhookCertName, webhookKeyName string
 	// metricsBindAddress is the deprecated --metrics-bind-address (plain HTTP metrics).
 	metricsBindAddress   string
 	listenerHost         string
@@ -113,6 +119,10 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 30, "Maximum burst of queries to the management cluster's API server.")
 	fs.DurationVar(&o.syncPeriod, "sync-period", 10*time.Minute, "Minimum interval at which every watched object is reconciled again.")
 	fs.StringVar(&o.healthAddr, "health-addr", ":9440", "Address of the /healthz and /readyz probes; \"0\" disables them.")
+	fs.IntVar(&o.webhookPort, "webhook-port", 9443, "Port of the webhook server (the GoofyCluster validating webhook, which the Deployment registers with a cert-manager certificate). 0 serves no webhook: for a manager run without cert-manager, whose API server calls no webhook of it.")
+	fs.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs/", "Directory of the webhook server's certificate and key.")
+	fs.StringVar(&o.webhookCertName, "webhook-cert-name", "tls.crt", "File name of the webhook server's certificate in --webhook-cert-dir.")
+	fs.StringVar(&o.webhookKeyName, "webhook-key-name", "tls.key", "File name of the webhook server's key in --webhook-cert-dir.")
 	flags.AddManagerOptions(fs, &o.manager)
 	fs.Lookup("diagnostics-address").Usage += " It also serves /debug/listeners (the workload cluster listeners as JSON). \"0\" disables it."
 	for _, name := range []string{"tls-min-version", "tls-cipher-suites", "tls-curve-preferences"} {
@@ -363,6 +373,12 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 	if o.namespace != "" {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{o.namespace: {}}
 	}
+	var webhookServer webhook.Server
+	if o.webhookPort != 0 {
+		webhookServer = webhook.NewServer(webhook.Options{
+			Port: o.webhookPort, CertDir: o.webhookCertDir, CertName: o.webhookCertName, KeyName: o.webhookKeyName, TLSOpts: tlsOpts,
+		})
+	}
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                  scheme,
 		LeaderElection:          o.leaderElect,
@@ -378,6 +394,7 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 		HealthProbeBindAddress:        o.healthAddr,
 		PprofBindAddress:              o.profilerAddress,
 		Controller:                    config.Controller{SkipNameValidation: &o.skipNameValidation},
+		WebhookServer:                 webhookServer,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
@@ -389,7 +406,20 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 		return err
 	}
 
-	restarter := &controllers.HotRestarter{Reader: mgr.GetAPIReader(), Mux: wcl, Namespace: o.namespace}
+	if webhookServer != nil {
+		// A user-set endpoint port must be one this manager may hand to the cluster (docs/authorization.md).
+		if err := (&webhooks.GoofyCluster{Client: mgr.GetClient(), Ports: wcl, Namespace: o.namespace, WatchFilterValue: o.watchFilter}).SetupWebhookWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up the GoofyCluster webhook: %w", err)
+		}
+		if err := mgr.AddReadyzCheck("webhook", webhookServer.StartedChecker()); err != nil {
+			return err
+		}
+		if err := mgr.AddHealthzCheck("webhook", webhookServer.StartedChecker()); err != nil {
+			return err
+		}
+	}
+
+	restarter := &controllers.HotRestarter{Reader: mgr.GetAPIReader(), Mux: wcl, Namespace: o.namespace, WatchFilterValue: o.watchFilter}
 	if err := mgr.Add(restarter); err != nil {
 		return err
 	}

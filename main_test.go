@@ -263,7 +263,7 @@ func startManager(t *testing.T, args ...string) {
 	t.Helper()
 	healthAddr := freeAddr(t)
 	o, err := parseFlags(t, append([]string{
-		"--health-addr=" + healthAddr, "--state-dir=", "--namespace=goofy-main-test",
+		"--health-addr=" + healthAddr, "--state-dir=", "--namespace=goofy-main-test", "--webhook-port=0",
 		fmt.Sprintf("--listener-port-range=%d-%d", testPortMin, testPortMax),
 	}, args...)...)
 	if err != nil {

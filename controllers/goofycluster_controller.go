@@ -168,6 +168,9 @@ const heldRetry = 10 * time.Second
 // (its finalizer removed by hand), gc takes the workload cluster over.
 func (r *GoofyClusterReconciler) claimListener(ctx context.Context, gc *infrav1.GoofyCluster, key string) (*mux.WorkloadClusterListener, error) {
 	port := int(gc.Spec.ControlPlaneEndpoint.Port)
+	if err := r.contested(ctx, key, port); err != nil {
+		return nil, err
+	}
 	l, err := r.Mux.ClaimWorkloadClusterListener(key, port, gc.UID)
 	if !errors.Is(err, mux.ErrHeldByAnother) {
 		return l, err
@@ -187,6 +190,41 @@ func (r *GoofyClusterReconciler) claimListener(ctx context.Context, gc *infrav1.
 	}
 	return r.Mux.ClaimWorkloadClusterListener(key, port, gc.UID)
 }
+
+// contested refuses a port the mux knows of no holder for, asked for by a workload cluster the mux
+// knows nothing of (no listener, reservation or record: state in memory only after a restart, or
+// a port the user chose), while the
+// GoofyCluster of another workload cluster of this manager records it too: which of them held it
+// cannot be told, so neither gets it (HotRestart refuses both alike), until one of them moves.
+func (r *GoofyClusterReconciler) contested(ctx context.Context, key string, port int) error {
+	if port == 0 {
+		return nil
+	}
+	if _, ok := r.Mux.HeldPort(key); ok {
+		return nil // the mux's own rules decide (ClaimWorkloadClusterListener)
+	}
+	if _, _, ok := r.Mux.PortHolder(port); ok {
+		return nil
+	}
+	list := &infrav1.GoofyClusterList{}
+	opts := []client.ListOption{client.UnsafeDisableDeepCopy}
+	if r.WatchFilterValue != "" {
+		// Another shard's clusters have endpoints of their own host.
+		opts = append(opts, client.MatchingLabels{clusterv1.WatchLabel: r.WatchFilterValue})
+	}
+	if err := r.Client.List(ctx, list, opts...); err != nil {
+		return err
+	}
+	if others := mux.OtherClustersOnPort(list.Items, key, port); len(others) > 0 {
+		return fmt.Errorf("%w: port %d is recorded by the GoofyCluster of another workload cluster too, and no record says which held it",
+			mux.ErrPortNotHeld, port)
+	}
+	return nil
+}
+
+// portNotHeldRetry is how soon a GoofyCluster refused its port looks again (the holder's deletion
+// or move does not wake it; its own spec change does).
+const portNotHeldRetry = 30 * time.Second
 
 // errHeld: another existing GoofyCluster holds the workload cluster.
 type errHeld struct{ holder *infrav1.GoofyCluster }
@@ -233,6 +271,12 @@ func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *c
 			setNotReady(gc, infrav1.LoadBalancerReadyCondition, infrav1.WorkloadClusterHeldReason, err.Error())
 			setNotReady(gc, infrav1.ReadyCondition, infrav1.WorkloadClusterHeldReason, err.Error())
 			return ctrl.Result{RequeueAfter: heldRetry}, nil
+		case errors.Is(err, mux.ErrPortNotHeld):
+			// Not a failure to retry at once: the spec names a port that is not this cluster's.
+			ctrl.LoggerFrom(ctx).Info("Refused a port the workload cluster does not hold", "cluster", key, "reason", err.Error())
+			setNotReady(gc, infrav1.LoadBalancerReadyCondition, infrav1.PortNotHeldReason, err.Error())
+			setNotReady(gc, infrav1.ReadyCondition, infrav1.PortNotHeldReason, err.Error())
+			return ctrl.Result{RequeueAfter: portNotHeldRetry}, nil
 		case errors.Is(err, mux.ErrPortRangeExhausted):
 			reason = infrav1.PortRangeExhaustedReason
 		case errors.Is(err, store.ErrStateUnreadable):

@@ -25,6 +25,9 @@ type HotRestarter struct {
 	Mux    *mux.WorkloadClustersMux
 	// Namespace limits the GoofyClusters restored (the manager's --namespace).
 	Namespace string
+	// WatchFilterValue, when set, limits them to those labelled for this manager (its
+	// --watch-filter): another shard's clusters are that shard's to serve.
+	WatchFilterValue string
 
 	once sync.Once
 	done chan struct{}
@@ -42,7 +45,11 @@ func (h *HotRestarter) Start(ctx context.Context) error {
 	defer close(h.done)
 	log := ctrl.LoggerFrom(ctx).WithName("hot-restart")
 	list := &infrav1.GoofyClusterList{}
-	if err := h.Reader.List(ctx, list, client.InNamespace(h.Namespace)); err != nil {
+	opts := []client.ListOption{client.InNamespace(h.Namespace)}
+	if h.WatchFilterValue != "" {
+		opts = append(opts, client.MatchingLabels{clusterv1.WatchLabel: h.WatchFilterValue})
+	}
+	if err := h.Reader.List(ctx, list, opts...); err != nil {
 		return err
 	}
 	clusters := &clusterv1.ClusterList{}
@@ -50,6 +57,9 @@ func (h *HotRestarter) Start(ctx context.Context) error {
 		return err
 	}
 	list.Items = holders(list.Items, clusters.Items)
+	// HotRestart restores a port only for the workload cluster that held it (mux.ErrPortNotHeld
+	// for the others); their reconciles meet the same refusal and say so in their conditions
+	// (reason PortNotHeld).
 	if err := h.Mux.HotRestart(list); err != nil {
 		log.Error(err, "Some workload cluster listeners could not be restored on their ports")
 	}

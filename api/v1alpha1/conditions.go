@@ -62,6 +62,12 @@ const (
 	// WorkloadClusterHeldReason: the Cluster names this GoofyCluster, but another GoofyCluster
 	// it named before still holds the workload cluster.
 	WorkloadClusterHeldReason = "WorkloadClusterHeld"
+	// PortNotHeldReason: spec.controlPlaneEndpoint.port is not a port this workload cluster held:
+	// another workload cluster's, one other than the port it held before a restart, one the
+	// GoofyCluster of another workload cluster records too with no record of which held it, or
+	// one outside the manager's --listener-port-range. The cluster is not served on it, and the
+	// holder keeps it.
+	PortNotHeldReason = "PortNotHeld"
 	// NotMachineInfrastructureReason: the GoofyMachine is not the one its Machine's
 	// spec.infrastructureRef names (a copy or a decoy): it provisions and releases nothing.
 	NotMachineInfrastructureReason = "NotMachineInfrastructure"

@@ -9,6 +9,7 @@ import (
 	"crypto"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -110,9 +111,14 @@ type WorkloadClustersMux struct {
 	// reservations are the ports taken for a claim to come (ReserveWorkloadClusterPort), by
 	// cluster key: a key has a reservation or a listener, never both.
 	reservations map[string]portReservation
-	now          func() time.Time // the clock reservations expire by
-	nextPort     int
-	closed       bool
+	// records are the ports workload clusters' listeners held, by cluster key, kept on disk beside
+	// each cluster's objects (see listenerRecord): restored by HotRestart, they decide who may
+	// have a port after a restart. recorded is the same by port.
+	records  map[string]listenerRecord
+	recorded map[int]string
+	now      func() time.Time // the clock reservations expire by
+	nextPort int
+	closed   bool
 }
 
 // NewWorkloadClustersMux returns a mux whose listeners advertise host and keep their objects in
@@ -129,6 +135,8 @@ func NewWorkloadClustersMux(manager *store.Manager, host string, opts ...Option)
 		ports:     map[int]string{},
 
 		reservations: map[string]portReservation{},
+		records:      map[string]listenerRecord{},
+		recorded:     map[int]string{},
 		now:          time.Now,
 	}
 	for _, o := range opts {
@@ -157,6 +165,9 @@ func NewWorkloadClustersMux(manager *store.Manager, host string, opts ...Option)
 // Host is the advertised host of every listener.
 func (m *WorkloadClustersMux) Host() string { return m.host }
 
+// PortRange is the inclusive range listener ports are taken from (--listener-port-range).
+func (m *WorkloadClustersMux) PortRange() (min, max int) { return m.portMin, m.portMax }
+
 // InitWorkloadClusterListener reserves a port for the workload cluster and creates its store (with
 // the default namespaces). It does not serve until the first AddAPIServer. Calling it again for the
 // same cluster returns the existing listener.
@@ -167,16 +178,29 @@ func (m *WorkloadClustersMux) InitWorkloadClusterListener(wclName string) (*Work
 // initListener reserves port (or any free port when 0) for wclName. The port reserved for
 // wclName by owner (ReserveWorkloadClusterPort) is free for that claim alone.
 func (m *WorkloadClustersMux) initListener(wclName string, port int, owner types.UID) (*WorkloadClusterListener, error) {
+	l, wait, err := m.initListenerLocked(wclName, port, owner)
+	if err != nil {
+		return nil, err
+	}
+	// The record on disk says the port is this cluster's before the listener is used: a claim
+	// that returned is one a restart keeps.
+	if err := wait(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (m *WorkloadClustersMux) initListenerLocked(wclName string, port int, owner types.UID) (*WorkloadClusterListener, func() error, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return nil, errors.New("mux is shut down")
+		return nil, nil, errors.New("mux is shut down")
 	}
 	if l, ok := m.listeners[wclName]; ok {
 		if port != 0 && l.port != port {
-			return nil, fmt.Errorf("workload cluster %s already listens on port %d, not %d", wclName, l.port, port)
+			return nil, nil, fmt.Errorf("%w: workload cluster %s already listens on port %d, not %d", ErrPortNotHeld, wclName, l.port, port)
 		}
-		return l, nil
+		return l, m.recordLocked(wclName, l.port, owner), nil
 	}
 	m.expireReservationsLocked()
 	res, reserved := m.reservations[wclName]
@@ -186,7 +210,15 @@ func (m *WorkloadClustersMux) initListener(wclName string, port int, owner types
 		delete(m.ports, port) // for this claim alone: the mutex is held until it ends
 	}
 	var err error
-	if port == 0 {
+	if !mine {
+		if rec, ok := m.records[wclName]; ok && port == 0 {
+			port = rec.Port // the cluster's own port, from before a restart
+		}
+		err = m.mayHoldLocked(wclName, port)
+	}
+	if err != nil {
+		// nothing to allocate
+	} else if port == 0 {
 		port, err = m.allocatePortLocked()
 	} else {
 		err = m.reservePortLocked(port)
@@ -204,7 +236,7 @@ func (m *WorkloadClustersMux) initListener(wclName string, port int, owner types
 		if mine {
 			m.ports[res.port] = wclName // the reservation waits on, until it expires
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	if reserved {
 		// With a listener, the workload cluster's reservation (whoever took it) has no use left.
@@ -214,7 +246,7 @@ func (m *WorkloadClustersMux) initListener(wclName string, port int, owner types
 	m.listeners[wclName] = l
 	m.ports[port] = wclName
 	m.log.V(2).Info("Reserved workload cluster listener", "cluster", wclName, "port", port)
-	return l, nil
+	return l, m.recordLocked(wclName, port, owner), nil
 }
 
 // allocatePortLocked hands out the next free, bindable port, cycling through the range so a freed
@@ -231,6 +263,9 @@ func (m *WorkloadClustersMux) allocatePortLocked() (int, error) {
 		if _, taken := m.ports[p]; taken {
 			continue
 		}
+		if _, recorded := m.recorded[p]; recorded {
+			continue // another workload cluster's, from before a restart
+		}
 		if bindable(m.bindAddress, p) {
 			return p, nil
 		}
@@ -243,7 +278,8 @@ func (m *WorkloadClustersMux) reservePortLocked(port int) error {
 		return fmt.Errorf("invalid port %d", port)
 	}
 	if owner, taken := m.ports[port]; taken {
-		return fmt.Errorf("port %d is already used by workload cluster %s", port, owner)
+		m.log.V(2).Info("Port is taken", "port", port, "by", owner)
+		return fmt.Errorf("%w: port %d is held by another workload cluster", ErrPortNotHeld, port)
 	}
 	if !bindable(m.bindAddress, port) {
 		return fmt.Errorf("port %d is not bindable on %s", port, m.bindAddress)
@@ -330,6 +366,7 @@ func (m *WorkloadClustersMux) DeleteWorkloadClusterListener(wclName string) erro
 	}
 	delete(m.owners, wclName)
 	m.dropReservationLocked(wclName)
+	m.dropRecordLocked(wclName) // on disk, it goes with the cluster's state below
 	m.mu.Unlock()
 	if ok {
 		l.lifecycle.Lock()
@@ -341,15 +378,29 @@ func (m *WorkloadClustersMux) DeleteWorkloadClusterListener(wclName string) erro
 
 // HotRestart re-creates the listener of every GoofyCluster on the port recorded in its
 // spec.controlPlaneEndpoint, so endpoints do not move when the process restarts or leadership
-// changes. A cluster whose port is taken or duplicated fails alone; the others proceed. Each
-// listener is claimed for its GoofyCluster's UID: the caller passes the one GoofyCluster per
-// workload cluster that holds it.
+// changes. Each listener is claimed for its GoofyCluster's UID: the caller passes the one
+// GoofyCluster per workload cluster that holds it.
+//
+// A port goes only to the workload cluster that held it: what decides is the record kept on disk
+// beside each cluster's objects (listenerRecord), not the spec, which anyone allowed to edit the
+// GoofyCluster can point at another cluster's port. Every claim is judged before any listener is
+// opened, so the outcome does not depend on the order of the list: a GoofyCluster whose workload
+// cluster held another port, whose port another workload cluster held, or (with no record either
+// way, as with state in memory only) whose port the GoofyCluster of another workload cluster
+// records too, is refused with ErrPortNotHeld, and so is a port outside the range that no record
+// holds. A refused or failed cluster fails alone; the others proceed.
 func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) error {
 	if clusters == nil {
 		return nil
 	}
-	var errs []error
+	type claim struct {
+		gc   *infrav1.GoofyCluster
+		key  string
+		port int
+	}
+	var claims []claim
 	var keep []string
+	byPort := map[int]map[string]bool{}
 	for i := range clusters.Items {
 		gc := &clusters.Items[i]
 		port := int(gc.Spec.ControlPlaneEndpoint.Port)
@@ -358,19 +409,15 @@ func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) err
 		}
 		key := ClusterKey(gc.Namespace, ClusterNameOf(gc))
 		keep = append(keep, key)
-		l, err := m.restoreListener(key, port, gc.UID)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("workload cluster %s: %w", key, err))
-			continue
+		claims = append(claims, claim{gc: gc, key: key, port: port})
+		if byPort[port] == nil {
+			byPort[port] = map[string]bool{}
 		}
-		// Faults hold from the start: an unreachable cluster must not serve while its machines
-		// re-add their API servers, before its GoofyCluster is reconciled.
-		if err := l.SetFaults(context.Background(), ClusterFaults(gc.Spec.Simulation, time.Now()).Faults); err != nil {
-			errs = append(errs, fmt.Errorf("workload cluster %s: %w", key, err))
-		}
-		m.log.Info("Restored workload cluster listener", "cluster", key, "port", port)
+		byPort[port][key] = true
 	}
-	// State on disk of clusters deleted while the process was down.
+	var errs []error
+	// State on disk of clusters deleted while the process was down, with their records: first,
+	// so that a deleted cluster's port is free for the judgement below.
 	deleted, err := m.manager.DeleteStateExcept(keep)
 	if len(deleted) > 0 {
 		m.log.Info("Deleted the state of workload clusters that no longer exist", "clusters", deleted)
@@ -378,7 +425,204 @@ func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) err
 	if err != nil {
 		errs = append(errs, err)
 	}
+	if err := m.loadRecords(); err != nil {
+		errs = append(errs, err)
+	}
+	verdicts := make([]error, len(claims))
+	m.mu.Lock()
+	for i, c := range claims {
+		verdicts[i] = m.mayHoldLocked(c.key, c.port)
+		if verdicts[i] == nil && len(byPort[c.port]) > 1 {
+			if _, ok := m.records[c.key]; !ok {
+				verdicts[i] = fmt.Errorf("%w: port %d is recorded by the GoofyClusters of %d workload clusters and no record says which held it",
+					ErrPortNotHeld, c.port, len(byPort[c.port]))
+			}
+		}
+	}
+	m.mu.Unlock()
+	for i, c := range claims {
+		if verdicts[i] != nil {
+			m.log.Info("Refused to restore a workload cluster listener on a port it did not hold", "cluster", c.key, "port", c.port, "reason", verdicts[i].Error())
+			errs = append(errs, fmt.Errorf("workload cluster %s: %w", c.key, verdicts[i]))
+			continue
+		}
+		l, err := m.restoreListener(c.key, c.port, c.gc.UID)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("workload cluster %s: %w", c.key, err))
+			continue
+		}
+		// Faults hold from the start: an unreachable cluster must not serve while its machines
+		// re-add their API servers, before its GoofyCluster is reconciled.
+		if err := l.SetFaults(context.Background(), ClusterFaults(c.gc.Spec.Simulation, time.Now()).Faults); err != nil {
+			errs = append(errs, fmt.Errorf("workload cluster %s: %w", c.key, err))
+		}
+		m.log.Info("Restored workload cluster listener", "cluster", c.key, "port", c.port)
+	}
 	return kerrors.NewAggregate(errs)
+}
+
+// Records of the ports workload clusters held. Each workload cluster's listener port, and the UID
+// of the object holding it, is kept on disk beside the cluster's objects (store.Manager's cluster
+// records) from its claim until its state is deleted; without --state-dir, in memory only.
+
+// listenerRecordName names the record in the store.
+const listenerRecordName = "listener"
+
+// listenerRecord is what is kept: the port the workload cluster's listener held.
+type listenerRecord struct {
+	Port int       `json:"port"`
+	UID  types.UID `json:"uid,omitempty"`
+}
+
+// ErrPortNotHeld is returned when a workload cluster asks for a port that is not its own: another
+// workload cluster's, one other than the port it held, or one outside the listener port range.
+var ErrPortNotHeld = errors.New("port not held by this workload cluster")
+
+// loadRecords reads the records on disk of every cluster with state, over those in memory.
+func (m *WorkloadClustersMux) loadRecords() error {
+	raw, err := m.manager.ClusterRecords(listenerRecordName)
+	if err != nil {
+		return fmt.Errorf("reading the listener records: %w", err)
+	}
+	recs := map[string]listenerRecord{}
+	byPort := map[int][]string{}
+	for key, data := range raw {
+		var rec listenerRecord
+		if err := json.Unmarshal(data, &rec); err != nil || rec.Port < 1 || rec.Port > 65535 {
+			m.log.Error(err, "Ignoring a malformed listener record", "cluster", key, "record", string(data))
+			continue
+		}
+		recs[key] = rec
+		byPort[rec.Port] = append(byPort[rec.Port], key)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for key, rec := range recs {
+		if len(byPort[rec.Port]) > 1 {
+			// Records of one port for two clusters cannot both be right (the state was tampered
+			// with): neither decides, whichever is read first.
+			m.log.Info("Workload clusters' records hold the same port; none is trusted", "port", rec.Port, "clusters", byPort[rec.Port])
+			continue
+		}
+		if other, ok := m.recorded[rec.Port]; ok && other != key {
+			continue // a listener of this process holds it
+		}
+		if _, ok := m.listeners[key]; !ok {
+			m.dropRecordLocked(key)
+			m.records[key] = rec
+			m.recorded[rec.Port] = key
+		}
+	}
+	return nil
+}
+
+// recordLocked records that the workload cluster's listener holds port for owner (an empty owner
+// keeps the UID recorded for that port) and returns the wait for the record to be on disk.
+func (m *WorkloadClustersMux) recordLocked(wclName string, port int, owner types.UID) func() error {
+	rec, ok := m.records[wclName]
+	if owner == "" && ok && rec.Port == port {
+		owner = rec.UID
+	}
+	next := listenerRecord{Port: port, UID: owner}
+	if ok && rec == next {
+		return func() error { return nil }
+	}
+	m.dropRecordLocked(wclName)
+	m.records[wclName] = next
+	m.recorded[port] = wclName
+	data, err := json.Marshal(next)
+	if err != nil {
+		return func() error { return err }
+	}
+	return m.manager.PutClusterRecord(wclName, listenerRecordName, data)
+}
+
+// dropRecordLocked forgets the workload cluster's record in memory (on disk, it goes with the
+// cluster's state).
+func (m *WorkloadClustersMux) dropRecordLocked(wclName string) {
+	if rec, ok := m.records[wclName]; ok {
+		delete(m.records, wclName)
+		if m.recorded[rec.Port] == wclName {
+			delete(m.recorded, rec.Port)
+		}
+	}
+}
+
+// mayHoldLocked says whether the workload cluster may take port (0: any free one). A cluster with
+// a record may take only its recorded port; no cluster may take a port another cluster's record
+// holds, nor a port outside the range unless its record holds it.
+func (m *WorkloadClustersMux) mayHoldLocked(wclName string, port int) error {
+	if port == 0 {
+		return nil
+	}
+	rec, ok := m.records[wclName]
+	switch {
+	case ok && rec.Port == port:
+		return nil
+	case ok:
+		return fmt.Errorf("%w: workload cluster %s held port %d, not %d: set spec.controlPlaneEndpoint.port back to %d",
+			ErrPortNotHeld, wclName, rec.Port, port, rec.Port)
+	}
+	if other, held := m.recorded[port]; held && other != wclName {
+		m.log.V(2).Info("Port is recorded for another workload cluster", "cluster", wclName, "port", port, "holder", other)
+		return fmt.Errorf("%w: port %d is held by another workload cluster", ErrPortNotHeld, port)
+	}
+	if port < m.portMin || port > m.portMax {
+		return fmt.Errorf("%w: port %d is outside the listener port range %d-%d", ErrPortNotHeld, port, m.portMin, m.portMax)
+	}
+	return nil
+}
+
+// PortHolder says which workload cluster holds port, and for which UID (empty when unowned): its
+// listener, its reservation, or its record from before a restart.
+func (m *WorkloadClustersMux) PortHolder(port int) (wclName string, owner types.UID, held bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.expireReservationsLocked()
+	if key, ok := m.ports[port]; ok {
+		if res, reserved := m.reservations[key]; reserved && res.port == port {
+			return key, res.owner, true
+		}
+		return key, m.owners[key], true
+	}
+	if key, ok := m.recorded[port]; ok {
+		return key, m.records[key].UID, true
+	}
+	return "", "", false
+}
+
+// HeldPort is the port the workload cluster holds: its listener's, its reservation's, or its
+// record's from before a restart.
+func (m *WorkloadClustersMux) HeldPort(wclName string) (int, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l, ok := m.listeners[wclName]; ok {
+		return l.port, true
+	}
+	if res, ok := m.reservations[wclName]; ok && m.now().Before(res.expires) {
+		return res.port, true
+	}
+	if rec, ok := m.records[wclName]; ok {
+		return rec.Port, true
+	}
+	return 0, false
+}
+
+// OtherClustersOnPort returns the GoofyClusters of gcs whose spec.controlPlaneEndpoint records port
+// for a workload cluster other than wclName (copies of its GoofyCluster share its endpoint), leaving
+// out those deleted already but for their finalizers' removal.
+func OtherClustersOnPort(gcs []infrav1.GoofyCluster, wclName string, port int) []*infrav1.GoofyCluster {
+	var out []*infrav1.GoofyCluster
+	for i := range gcs {
+		gc := &gcs[i]
+		if port == 0 || int(gc.Spec.ControlPlaneEndpoint.Port) != port || !gc.DeletionTimestamp.IsZero() && len(gc.Finalizers) == 0 {
+			continue
+		}
+		if ClusterKey(gc.Namespace, ClusterNameOf(gc)) != wclName {
+			out = append(out, gc)
+		}
+	}
+	return out
 }
 
 // ClusterNameOf is the name of the CAPI Cluster a GoofyCluster belongs to: the cluster-name label
@@ -535,6 +779,9 @@ func (m *WorkloadClustersMux) TransferWorkloadClusterListener(wclName string, fr
 		return false
 	}
 	m.owners[wclName] = to
+	if l, ok := m.listeners[wclName]; ok {
+		m.recordLocked(wclName, l.port, to) // queued; the next claim by to waits for it
+	}
 	return true
 }
 
@@ -599,7 +846,17 @@ func (m *WorkloadClustersMux) ReserveWorkloadClusterPort(wclName string, owner t
 	if cur, held := m.owners[wclName]; held && cur != owner {
 		return 0, fmt.Errorf("%w: %s is held by UID %s", ErrHeldByAnother, wclName, cur)
 	}
-	port, err := m.allocatePortLocked()
+	var port int
+	var err error
+	if rec, ok := m.records[wclName]; ok {
+		// The workload cluster held a port before a restart: it gets that one back.
+		port = rec.Port
+		if _, taken := m.ports[port]; taken {
+			err = fmt.Errorf("%w: port %d is held by another workload cluster", ErrPortNotHeld, port)
+		}
+	} else {
+		port, err = m.allocatePortLocked()
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -16,7 +16,8 @@ import (
 // FileName is the database file inside the state directory.
 const FileName = "goofy.db"
 
-// rvKey holds a bucket's last resourceVersion. Callers' keys never start with a NUL byte.
+// rvKey holds a bucket's last resourceVersion. Callers' keys never start with a NUL byte: keys that
+// do are the DB's own (rvKey, the records of PutRecord), which Load skips.
 var rvKey = []byte("\x00resourceVersion")
 
 // ErrClosed is returned for writes queued after Close.
@@ -258,6 +259,9 @@ func (db *DB) Load(bucket string, each func(key string, value []byte) error) (rv
 				}
 				rv = binary.BigEndian.Uint64(v)
 				return nil
+			}
+			if len(k) > 0 && k[0] == 0 {
+				return nil // a record kept beside the objects (PutRecord), not an object
 			}
 			if v == nil {
 				return fmt.Errorf("state of %s: unexpected nested bucket %q", bucket, k)

@@ -363,6 +363,9 @@ func (p *Plane) StartGoofy(ctx context.Context) error {
 				"--listener-host=127.0.0.1",
 				"--listener-bind-address=127.0.0.1",
 				"--listener-port-range=" + portRange,
+				// No webhook server: the plane registers no GoofyCluster webhook (the mux refuses
+				// ports a cluster does not hold without it; internal/webhook's envtest covers it).
+				"--webhook-port=0",
 				// Durable state, as shipped; the same directory across restarts of the manager.
 				"--state-dir=" + filepath.Join(p.opts.OutputDir, "goofy-state"),
 			}, p.opts.GoofyArgs...),
