@@ -14,6 +14,8 @@ require (
 require (
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	k8s.io/component-helpers v0.36.3 // indirect
+	k8s.io/kube-aggregator v0.36.3 // indirect
+	k8s.io/metrics v0.36.3 // indirect
 	sigs.k8s.io/cluster-api/api v1.14.2 // indirect
 )
 
