@@ -93,15 +93,9 @@ var apiServicePrinter = kinds.Printer{
 // serveAPIServices answers get and list of APIServices.
 func (h *handler) serveAPIServices(rq *reqScope) {
 	rq.printer = apiServicePrinter
-	q := rq.r.URL.Query()
-	labelSel, err := labels.Parse(q.Get("labelSelector"))
+	labelSel, fieldSel, err := querySelectors(rq.r)
 	if err != nil {
-		h.writeError(rq.w, rq.r, apierrors.NewBadRequest(err.Error()))
-		return
-	}
-	fieldSel, err := fields.ParseSelector(q.Get("fieldSelector"))
-	if err != nil {
-		h.writeError(rq.w, rq.r, apierrors.NewBadRequest(err.Error()))
+		h.writeError(rq.w, rq.r, err)
 		return
 	}
 	all, err := h.apiServices()

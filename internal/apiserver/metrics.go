@@ -123,15 +123,9 @@ var metricsPrinter = kinds.Printer{
 // verb against the resource's and the path's scope.
 func (h *handler) serveMetrics(rq *reqScope) {
 	rq.printer = metricsPrinter
-	q := rq.r.URL.Query()
-	labelSel, err := labels.Parse(q.Get("labelSelector"))
+	labelSel, fieldSel, err := querySelectors(rq.r)
 	if err != nil {
-		h.writeError(rq.w, rq.r, apierrors.NewBadRequest(err.Error()))
-		return
-	}
-	fieldSel, err := fields.ParseSelector(q.Get("fieldSelector"))
-	if err != nil {
-		h.writeError(rq.w, rq.r, apierrors.NewBadRequest(err.Error()))
+		h.writeError(rq.w, rq.r, err)
 		return
 	}
 	snap := newMetricsSnapshot(h.now())
@@ -151,6 +145,21 @@ func (h *handler) serveMetrics(rq *reqScope) {
 		return
 	}
 	h.writeWith(rq, http.StatusOK, out, metricsCodecs(), metricsv1beta1.SchemeGroupVersion)
+}
+
+// querySelectors parses a request's labelSelector and fieldSelector (400 when malformed), for the
+// kinds served without a store (APIServices, metrics).
+func querySelectors(r *http.Request) (labels.Selector, fields.Selector, error) {
+	q := r.URL.Query()
+	labelSel, err := labels.Parse(q.Get("labelSelector"))
+	if err != nil {
+		return nil, nil, apierrors.NewBadRequest(err.Error())
+	}
+	fieldSel, err := fields.ParseSelector(q.Get("fieldSelector"))
+	if err != nil {
+		return nil, nil, apierrors.NewBadRequest(err.Error())
+	}
+	return labelSel, fieldSel, nil
 }
 
 func (h *handler) now() time.Time {
