@@ -170,4 +170,9 @@ func (o *Objects) record(typ watch.EventType, gr schema.GroupResource, key strin
 }
 
 // Close forgets the cached encodings of a cluster that is going away.
-func (o *Objects) Close() { o.enc.entries, o.enc.bytes = nil, 0 }
+func (o *Objects) Close() {
+	o.enc.entries, o.enc.bytes = nil, 0
+	// Nothing reaches the disk any more: the cluster's bucket is dropped after this, and a late
+	// write must not create it again.
+	o.db = nil
+}

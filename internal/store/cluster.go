@@ -137,6 +137,12 @@ func (c *Cluster) close() {
 	}
 }
 
+// deletedError answers a write to a cluster that was deleted (a client or simulator still holding
+// it): its state is gone from disk and must not come back under its name.
+func (c *Cluster) deletedError() error {
+	return apierrors.NewServiceUnavailable(fmt.Sprintf("workload cluster %s has been deleted", c.name))
+}
+
 // Name returns the cluster name.
 func (c *Cluster) Name() string { return c.name }
 

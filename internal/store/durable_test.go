@@ -220,3 +220,29 @@ func TestTerminatingPodIsConfirmedAfterRestart(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(func() bool { return exists(c, p) }, safetyTimeout).Should(BeFalse())
 }
+
+// TestWritesAfterDeleteAreRefused: a deleted cluster's store, still held by a client (a simulator,
+// a request in flight), refuses writes, and its state does not come back on disk.
+func TestWritesAfterDeleteAreRefused(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	m, closeDB := durableManager(t, dir)
+	c, err := m.AddCluster("ns/gone", ClusterOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	mustCreate(t, c, configMap("default", "before", nil))
+	g.Expect(m.DeleteCluster("ns/gone")).To(Succeed())
+
+	_, err = c.Create(configMapsGVR, "default", configMap("default", "after", nil), CreateOptions{})
+	g.Expect(apierrors.IsServiceUnavailable(err)).To(BeTrue(), "create on a deleted cluster: %v", err)
+	g.Expect(err).To(MatchError(ContainSubstring("workload cluster ns/gone has been deleted")))
+	_, err = c.Delete(configMapsGVR, "default", "before", DeleteOptions{})
+	g.Expect(apierrors.IsServiceUnavailable(err)).To(BeTrue(), "delete on a deleted cluster: %v", err)
+	closeDB()
+
+	db, err := storage.Open(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer db.Close()
+	buckets, err := db.Buckets()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(buckets).NotTo(ContainElement("ns/gone"), "a write after the delete brought the cluster's state back")
+}

@@ -46,6 +46,9 @@ func (c *Cluster) Create(gvr schema.GroupVersionResource, namespace string, obj 
 	}
 	c.mu.Lock()
 	defer c.unlockDurable(&err, opts.SkipSyncWait)
+	if c.closed {
+		return nil, c.deletedError()
+	}
 	out, err := c.commitCreateLocked(b, in, generated, opts.DryRun)
 	if err != nil {
 		return nil, err
@@ -263,6 +266,10 @@ func (c *Cluster) writeOptimistically(gr schema.GroupResource, namespace, name s
 			return nil, err
 		}
 		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, c.deletedError()
+		}
 		if c.getLocked(gr, key) != cur {
 			c.mu.Unlock()
 			continue
@@ -370,6 +377,9 @@ func (c *Cluster) Delete(gvr schema.GroupVersionResource, namespace, name string
 	}
 	c.mu.Lock()
 	defer c.unlockDurable(&err, opts.SkipSyncWait)
+	if c.closed {
+		return nil, c.deletedError()
+	}
 	cur := c.getLocked(gvr.GroupResource(), storage.Key(namespace, name))
 	if cur == nil {
 		return nil, apierrors.NewNotFound(gvr.GroupResource(), name)
@@ -539,6 +549,9 @@ func (c *Cluster) DeleteCollection(gvr schema.GroupVersionResource, namespace st
 	}
 	c.mu.Lock()
 	defer c.unlockDurable(&err, opts.SkipSyncWait)
+	if c.closed {
+		return nil, c.deletedError()
+	}
 	m := c.objs.Resource(gvr.GroupResource())
 	var out []client.Object
 	for _, key := range storage.Keys(m, namespace) {
