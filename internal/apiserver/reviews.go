@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -182,6 +184,42 @@ func specErrors(res *authorizationv1.ResourceAttributes, nonRes *authorizationv1
 	}
 	if res == nil && nonRes == nil {
 		errs = append(errs, field.Invalid(spec.Child("resourceAttributes"), nonRes, "exactly one of nonResourceAttributes or resourceAttributes must be specified"))
+	}
+	if res != nil {
+		errs = append(errs, selectorErrors(res, spec.Child("resourceAttributes"))...)
+	}
+	return errs
+}
+
+// selectorErrors validate the field and label selectors of resource attributes as kube-apiserver
+// does (1.31+): rawSelector or requirements, not both, and well-formed requirements (unknown
+// operators are allowed, for newer clients). The decision ignores them: RBAC grants by verb,
+// resource and name only, and a selector that does not parse only narrows what a request asks.
+func selectorErrors(res *authorizationv1.ResourceAttributes, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	either := func(p *field.Path, raw string, requirements int) {
+		if raw != "" && requirements > 0 {
+			errs = append(errs, field.Invalid(p.Child("rawSelector"), raw, "may not specified at the same time as requirements"))
+		}
+		if raw == "" && requirements == 0 {
+			errs = append(errs, field.Required(p.Child("requirements"), fmt.Sprintf("when %s is specified, requirements or rawSelector is required", p)))
+		}
+	}
+	if sel := res.FieldSelector; sel != nil {
+		p := path.Child("fieldSelector")
+		either(p, sel.RawSelector, len(sel.Requirements))
+		opts := metav1validation.FieldSelectorValidationOptions{AllowUnknownOperatorInRequirement: true}
+		for i, r := range sel.Requirements {
+			errs = append(errs, metav1validation.ValidateFieldSelectorRequirement(r, opts, p.Child("requirements").Index(i))...)
+		}
+	}
+	if sel := res.LabelSelector; sel != nil {
+		p := path.Child("labelSelector")
+		either(p, sel.RawSelector, len(sel.Requirements))
+		opts := metav1validation.LabelSelectorValidationOptions{AllowUnknownOperatorInRequirement: true}
+		for i, r := range sel.Requirements {
+			errs = append(errs, metav1validation.ValidateLabelSelectorRequirement(r, opts, p.Child("requirements").Index(i))...)
+		}
 	}
 	return errs
 }

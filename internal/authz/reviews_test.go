@@ -105,6 +105,27 @@ func TestReviewsWithClientGo(t *testing.T) {
 	}, metav1.CreateOptions{})
 	g.Expect(apierrors.IsBadRequest(err)).To(BeTrue(), "got %v", err)
 
+	// Selectors (1.31+): validated as kube-apiserver validates them; the decision is RBAC's.
+	withSelectors := func(fs *authorizationv1.FieldSelectorAttributes, ls *authorizationv1.LabelSelectorAttributes) (*authorizationv1.SelfSubjectAccessReview, error) {
+		return admin.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: "list", Resource: "pods", FieldSelector: fs, LabelSelector: ls}},
+		}, metav1.CreateOptions{})
+	}
+	allowed, err := withSelectors(&authorizationv1.FieldSelectorAttributes{RawSelector: "spec.nodeName=n1"},
+		&authorizationv1.LabelSelectorAttributes{Requirements: []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{"web"}}}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(allowed.Status.Allowed).To(BeTrue())
+	_, err = withSelectors(&authorizationv1.FieldSelectorAttributes{RawSelector: "spec.nodeName=n1",
+		Requirements: []metav1.FieldSelectorRequirement{{Key: "spec.nodeName", Operator: metav1.FieldSelectorOpIn, Values: []string{"n1"}}}}, nil)
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("spec.resourceAttributes.fieldSelector.rawSelector"))
+	_, err = withSelectors(nil, &authorizationv1.LabelSelectorAttributes{})
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("when spec.resourceAttributes.labelSelector is specified, requirements or rawSelector is required"))
+	_, err = withSelectors(nil, &authorizationv1.LabelSelectorAttributes{Requirements: []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpExists, Values: []string{"x"}}}})
+	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "an Exists requirement with values: %v", err)
+
 	// Discovery lists them.
 	res, err := erin.Discovery().ServerResourcesForGroupVersion("authorization.k8s.io/v1")
 	g.Expect(err).NotTo(HaveOccurred())
