@@ -205,25 +205,24 @@ func (c *cluster) start(opts Options) {
 	c.queued = map[item]bool{}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.store.SetInstantRollouts(!workloads)
+	// What runs in every cluster, workloads or not; then the workload controllers.
+	c.controllers = []controller{newClusterRoleAggregation(c, 0)}
 	if workloads {
-		c.controllers = []controller{
-			newNodeIPAM(c, 0),
-			newScheduler(c, 1),
-			newKubelet(c, 2),
-			newReplicaSetController(c, 3),
-			newDeploymentController(c, 4),
-			newDaemonSetController(c, 5),
-			newDisruptionController(c, 6),
-			newNodeLifecycle(c, 7),
-			newJobController(c, 8),
-			newEndpointsController(c, 9),
-			newStatefulSetController(c, 10),
-			newReplicationControllerController(c, 11),
-			newCronJobController(c, 12),
-		}
-	}
-	if len(c.controllers) == 0 {
-		return
+		c.controllers = append(c.controllers,
+			newNodeIPAM(c, 1),
+			newScheduler(c, 2),
+			newKubelet(c, 3),
+			newReplicaSetController(c, 4),
+			newDeploymentController(c, 5),
+			newDaemonSetController(c, 6),
+			newDisruptionController(c, 7),
+			newNodeLifecycle(c, 8),
+			newJobController(c, 9),
+			newEndpointsController(c, 10),
+			newStatefulSetController(c, 11),
+			newReplicationControllerController(c, 12),
+			newCronJobController(c, 13),
+		)
 	}
 	seen := map[schema.GroupResource]bool{}
 	var resources []schema.GroupResource

@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -691,4 +692,27 @@ func TestTenThousandReplicas(t *testing.T) {
 	dep, err := e.cs.AppsV1().Deployments("default").Get(ctx, "many", metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(dep.Status.Replicas).To(Equal(int32(10000)))
+}
+
+// TestClusterRoleAggregationInProcess: a ClusterRole labelled to aggregate into view, written
+// in process (as Goofy's own controllers write, not through the API server), shows in view's
+// stored rules, with workloads off too.
+func TestClusterRoleAggregationInProcess(t *testing.T) {
+	g := NewWithT(t)
+	e := newEnv(t, nil)
+	e.sim.Configure("test", simulate.ClusterOptions{Workloads: simulate.WorkloadsOff})
+	ctx := context.Background()
+	for _, obj := range workload.DefaultRBAC() {
+		g.Expect(e.client.Create(ctx, obj)).To(Succeed())
+	}
+	rule := rbacv1.PolicyRule{Verbs: []string{"list"}, APIGroups: []string{"gadgets.example.com"}, Resources: []string{"gadgets"}}
+	g.Expect(e.client.Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "gadget-viewer", Labels: map[string]string{"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
+		Rules:      []rbacv1.PolicyRule{rule},
+	})).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		view, err := e.cs.RbacV1().ClusterRoles().Get(ctx, "view", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(view.Rules).To(ContainElement(rule))
+	}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
 }
