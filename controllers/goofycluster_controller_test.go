@@ -191,8 +191,11 @@ func TestEndpointRepair(t *testing.T) {
 	m, err := mux.NewWorkloadClustersMux(stores, "localhost", mux.WithBindAddress("127.0.0.1"), mux.WithPortRange(testPortMin, testPortMax))
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = m.Shutdown(context.Background()) })
+	// The new process sees its own namespace only, as a manager with --namespace: the other
+	// tests' GoofyClusters in this envtest name the same ports, and a restart with state in
+	// memory refuses a port two workload clusters name.
 	h2 := &harness{stores: stores, mux: m, clock: h.clock,
-		clusterR: &GoofyClusterReconciler{Client: k8sClient, Mux: m},
+		clusterR: &GoofyClusterReconciler{Client: client.NewNamespacedClient(k8sClient, f.cluster.Namespace), Mux: m},
 		machineR: &GoofyMachineReconciler{Client: k8sClient, Mux: m, Clock: h.clock}}
 
 	h2.reconcileCluster(t, f.gc)
@@ -352,7 +355,8 @@ func TestEndpointRepairWithEmptyKubeconfigSecret(t *testing.T) {
 	m, err := mux.NewWorkloadClustersMux(stores, "localhost", mux.WithBindAddress("127.0.0.1"), mux.WithPortRange(testPortMin, testPortMax))
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = m.Shutdown(context.Background()) })
-	h2 := &harness{stores: stores, mux: m, clock: h.clock, clusterR: &GoofyClusterReconciler{Client: k8sClient, Mux: m}}
+	// Its own namespace only, as in TestEndpointRepair.
+	h2 := &harness{stores: stores, mux: m, clock: h.clock, clusterR: &GoofyClusterReconciler{Client: client.NewNamespacedClient(k8sClient, f.cluster.Namespace), Mux: m}}
 	h2.reconcileCluster(t, f.gc) // panicked writing into the Secret's nil map
 	get(t, f.gc)
 	g.Expect(f.gc.Spec.ControlPlaneEndpoint).To(Equal(clusterv1.APIEndpoint{Host: "localhost", Port: int32(port)}))

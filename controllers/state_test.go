@@ -46,6 +46,8 @@ func TestUnreadableStateIsACondition(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = db.Close() })
 	h2 := newHarnessWith(t, store.NewManager(store.WithStorage(db)))
+	// Its own namespace only, as in TestEndpointRepair: other tests' GoofyClusters name this port too.
+	h2.clusterR.Client = client.NewNamespacedClient(k8sClient, f.gc.Namespace)
 	_, err = h2.clusterR.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(f.gc)})
 	g.Expect(err).To(MatchError(ContainSubstring("unreadable")))
 	get(t, f.gc)
