@@ -329,9 +329,7 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 		st := db.Stats()
 		b.ReportMetric(float64(st.Writes), "disk-writes")
 		b.ReportMetric(float64(st.Writes)/float64(max(st.Batches, 1)), "writes/fsync")
-		if fi, err := os.Stat(db.Path()); err == nil {
-			b.ReportMetric(float64(fi.Size())/(1<<20), "MiB-state-file")
-		}
+		b.ReportMetric(float64(benchStateBytes(db))/(1<<20), "MiB-state-file")
 	}
 	benchReport(b, "setup", setup)
 	benchReport(b, "node-list", listLat)
