@@ -7,6 +7,8 @@ set -euo pipefail
 
 CAPI_VERSION="${CAPI_VERSION:-v1.14.2}"
 repo_root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=hack/module-pins.sh
+source "${repo_root}/hack/module-pins.sh"
 
 log() { printf '[capi] %s\n' "$*" >&2; }
 
@@ -31,13 +33,11 @@ if (( ${#missing[@]} == 0 )); then
   exit 0
 fi
 
-# Every module Goofy's own module builds with is pinned here at Goofy's version (CAPI v1.14.2 and
-# Goofy agree on Kubernetes, controller-runtime and gRPC; they differ only in patch releases of
-# golang.org/x/* and yaml). The managers then compile exactly the packages Goofy's tests and go vet
-# compile, and Go's build cache compiles each of them once. The pins are part of the tools module,
-# so a change of Goofy's go.mod prepares it again.
-pins="$(go -C "${repo_root}" list -m -f '{{if not .Main}}{{.Path}}@{{.Version}}{{end}}' all | sort)"
-pins_sum="$(printf '%s' "${pins}" | sha256sum | cut -c1-16)"
+# Every module Goofy's own module builds with is pinned here at Goofy's version (hack/module-pins.sh;
+# CAPI v1.14.2 and Goofy agree on Kubernetes, controller-runtime and gRPC; they differ only in patch
+# releases of golang.org/x/* and yaml). The managers then compile exactly the packages Goofy's tests
+# and go vet compile, and Go's build cache compiles each of them once.
+pins_sum="$(goofy_pins_hash)"
 
 # .tidy-done holds the pins' hash and is written only after go mod tidy succeeded: an interrupted
 # tidy, or one for other pins, is run again.
@@ -69,12 +69,7 @@ import (
 	_ "sigs.k8s.io/cluster-api/core"
 )
 GO
-  requires=()
-  while read -r pin; do
-    case "${pin}" in sigs.k8s.io/cluster-api@*|sigs.k8s.io/cluster-api/api@*|"") continue ;; esac
-    requires+=("-require=${pin}")
-  done <<< "${pins}"
-  (cd "${tools}" && go mod edit "${requires[@]}")
+  pin_to_goofy_versions "${tools}" '^sigs\.k8s\.io/cluster-api(/api)?@'
   cp "${repo_root}/go.sum" "${tools}/go.sum"
   (cd "${tools}" && GOFLAGS=-mod=mod go mod tidy -e >&2) && printf '%s' "${pins_sum}" > "${tools}/.tidy-done"
 fi

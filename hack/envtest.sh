@@ -10,6 +10,10 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.14}"
 # Which binaries to build; kube-controller-manager is only needed by the end-to-end harness.
 BINARIES="${ENVTEST_BINARIES:-kube-apiserver kubectl etcd etcdctl}"
 
+repo_root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=hack/module-pins.sh
+source "${repo_root}/hack/module-pins.sh"
+
 log() { printf '[envtest] %s\n' "$*" >&2; }
 
 if [[ -n "${KUBEBUILDER_ASSETS:-}" && -x "${KUBEBUILDER_ASSETS}/kube-apiserver" ]]; then
@@ -29,12 +33,20 @@ build_date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 k8s_tools="${cache_root}/envtest/tools-k8s-${K8S_VERSION}"
 etcd_tools="${cache_root}/envtest/tools-etcd-${ETCD_VERSION}"
 
+# Both tools modules build with Goofy's versions of the modules they share with it (hack/module-pins.sh):
+# kube-apiserver, kube-controller-manager and kubectl share k8s.io/api, client-go, apiserver, gRPC,
+# etcd's client and more with Goofy, and etcd shares gRPC, bbolt, zap and golang.org/x/*. Goofy's
+# versions are the same or newer patch and minor releases of those (its k8s.io modules are the
+# release's own, v0.36.x for v1.36.x), so the sources of kube-apiserver and etcd stay the released
+# ones while their shared packages are compiled once per run instead of twice.
+pins_hash="$(goofy_pins_hash)"
+
 prepare_k8s_module() {
   mkdir -p "${k8s_tools}"
-  # .tidy-done is written only after go mod tidy succeeded: an interrupted tidy (a partial go.sum)
-  # is run again instead of being reused.
-  [[ -f "${k8s_tools}/.tidy-done" ]] && return 0
-  log "preparing tools module for k8s.io/kubernetes ${K8S_VERSION}"
+  # .tidy-done holds the pins' hash and is written only after go mod tidy succeeded: an interrupted
+  # tidy (a partial go.sum), or one for other pins, is run again instead of being reused.
+  [[ "$(cat "${k8s_tools}/.tidy-done" 2>/dev/null)" == "${pins_hash}" ]] && return 0
+  log "preparing tools module for k8s.io/kubernetes ${K8S_VERSION} with Goofy's module versions"
   local staging=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
     cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api cri-client
     cri-streaming csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms kube-aggregator
@@ -62,12 +74,14 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
-  (cd "${k8s_tools}" && GOFLAGS=-mod=mod go mod tidy -e >&2) && touch "${k8s_tools}/.tidy-done"
+  pin_to_goofy_versions "${k8s_tools}" '^k8s\.io/kubernetes@'
+  cp "${repo_root}/go.sum" "${k8s_tools}/go.sum"
+  (cd "${k8s_tools}" && GOFLAGS=-mod=mod go mod tidy -e >&2) && printf '%s' "${pins_hash}" > "${k8s_tools}/.tidy-done"
 }
 
 prepare_etcd_module() {
   mkdir -p "${etcd_tools}"
-  [[ -f "${etcd_tools}/.tidy-done" ]] && return 0
+  [[ "$(cat "${etcd_tools}/.tidy-done" 2>/dev/null)" == "${pins_hash}" ]] && return 0
   log "preparing tools module for etcd ${ETCD_VERSION}"
   cat > "${etcd_tools}/go.mod" <<GOMOD
 module goofy.local/envtest-etcd
@@ -89,7 +103,9 @@ import (
 	_ "go.etcd.io/etcd/server/v3"
 )
 GO
-  (cd "${etcd_tools}" && GOFLAGS=-mod=mod go mod tidy -e >&2) && touch "${etcd_tools}/.tidy-done"
+  pin_to_goofy_versions "${etcd_tools}" '^go\.etcd\.io/etcd/(server|etcdctl)/v3@'
+  cp "${repo_root}/go.sum" "${etcd_tools}/go.sum"
+  (cd "${etcd_tools}" && GOFLAGS=-mod=mod go mod tidy -e >&2) && printf '%s' "${pins_hash}" > "${etcd_tools}/.tidy-done"
 }
 
 k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} \
@@ -101,8 +117,7 @@ k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} \
 # Every missing binary of a module is built by one `go build`, so the go command schedules all their
 # compiles and links together and keeps both cores busy while a large binary links; the etcd module
 # builds beside the Kubernetes one. -trimpath and CGO_ENABLED=0 as upstream builds its release
-# binaries: these modules pin their own dependency versions, so nothing here shares compiled
-# packages with Goofy's own build.
+# binaries, and as Goofy's own build does: with the pins above, the packages both compile are shared.
 k8s_missing=(); etcd_missing=()
 for bin in ${BINARIES}; do
   [[ -x "${out}/${bin}" ]] && continue
