@@ -161,6 +161,11 @@ func (h *handler) serveResource(w http.ResponseWriter, r *http.Request, info *ap
 }
 
 func (h *handler) serveGet(rq *reqScope) {
+	// "At least as new as" a resourceVersion: wait for it a little, then 504 (upstream's answer).
+	if err := h.c.WaitForResourceVersion(rq.r.URL.Query().Get("resourceVersion")); err != nil {
+		h.writeError(rq.w, rq.r, err)
+		return
+	}
 	if h.serveGetEncoded(rq) {
 		return
 	}

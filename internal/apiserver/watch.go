@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
+	apistorage "k8s.io/apiserver/pkg/storage"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
@@ -117,8 +118,10 @@ func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
 	}
 
 	watcher, err := h.c.Watch(rq.gvr, rq.ns, opts)
+	// A resourceVersion the history no longer reaches (410), or a state the cluster did not reach
+	// in time (504), is answered as the watch cache answers it: a 200 stream with one ERROR event.
 	var expired apierrors.APIStatus
-	if err != nil && !(apierrors.IsResourceExpired(err) && errors.As(err, &expired)) {
+	if err != nil && !((apierrors.IsResourceExpired(err) || apistorage.IsTooLargeResourceVersion(err)) && errors.As(err, &expired)) {
 		h.writeError(rq.w, rq.r, err)
 		return
 	}
@@ -146,8 +149,7 @@ func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
 	events := &eventWriter{rc: http.NewResponseController(rq.w)}
 	events.limit, _ = rq.r.Context().Value(watchWriteLimitKey{}).(WatchWriteLimit)
 	if expired != nil {
-		// A resourceVersion older than the history: like the watch cache, a 200 stream with one
-		// ERROR event carrying the 410, so that reflectors relist.
+		// Reflectors relist on the 410 and retry on the 504.
 		status := expired.Status()
 		h.writeEvent(framer, watch.Error, &status, codecs.EncoderForVersion(info.Serializer, gv), eventEnc)
 		flusher.Flush()

@@ -36,6 +36,8 @@ type Cluster struct {
 	// deps indexes dependents by owner UID for garbage collection; nil until an object has owners.
 	deps     map[types.UID]map[objRef]struct{}
 	watchers map[*Watcher]struct{} // nil while nobody watches
+	// rvWaiters are reads waiting for a resourceVersion the cluster has not reached (fresh.go).
+	rvWaiters []rvWaiter
 	// informers receive every committed change of their resources (inform.go); nil when none.
 	informers []*informer
 	// stopSimulator ends the simulated components attached by the manager's Simulator; nil when none.
@@ -135,6 +137,7 @@ func (c *Cluster) close() {
 	for w := range c.watchers {
 		w.stopLocked() // also ends watches whose client stopped reading
 	}
+	c.wakeRVWaitersLocked(c.objs.ResourceVersion())
 }
 
 // deletedError answers a write to a cluster that was deleted (a client or simulator still holding
@@ -245,6 +248,9 @@ func (c *Cluster) emitted(e *storage.Event) {
 		if w.gr == e.GR {
 			w.wake()
 		}
+	}
+	if c.rvWaiters != nil {
+		c.wakeRVWaitersLocked(e.RV)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	apistorage "k8s.io/apiserver/pkg/storage"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
@@ -94,9 +95,7 @@ func parseRV(s string) (uint64, error) {
 // (retrySeconds: 1 from the watch cache for a resourceVersion, 0 from storage for a continue
 // token).
 func tooLargeRV(want, have uint64, retrySeconds int) error {
-	err := apierrors.NewTimeoutError(fmt.Sprintf("Too large resource version: %d, current: %d", want, have), retrySeconds)
-	err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}}
-	return err
+	return apistorage.NewTooLargeResourceVersionError(want, have, retrySeconds)
 }
 
 func tooOldRV(want, oldest uint64) error {
@@ -208,11 +207,9 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 		}
 		exact := opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact ||
 			(opts.ResourceVersionMatch == "" && opts.Limit > 0) // legacy paginated lists are exact
-		c.mu.RLock()
-		cur := c.objs.ResourceVersion()
-		c.mu.RUnlock()
-		if rv > cur {
-			return nil, tooLargeRV(rv, cur, 1)
+		// A state the cluster has not reached yet: wait for it a little, as the watch cache does.
+		if err := c.waitFresh(rv); err != nil {
+			return nil, err
 		}
 		if exact {
 			at = rv

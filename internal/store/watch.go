@@ -126,6 +126,14 @@ func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts 
 			return nil, err
 		}
 	}
+	initialEvents := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+	if initialEvents && rv != 0 {
+		// The initial state must be at least rv: wait for it a little, as the watch cache does
+		// (a plain watch from a future rv just waits for the changes after it).
+		if err := c.waitFresh(rv); err != nil {
+			return nil, err
+		}
+	}
 	w := &Watcher{
 		c: c, b: b, gr: gvr.GroupResource(), ns: namespace, sel: sel,
 		wakeCh: make(chan struct{}, 1),
@@ -140,10 +148,7 @@ func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts 
 	}
 	withInitial := false
 	switch {
-	case opts.SendInitialEvents != nil && *opts.SendInitialEvents:
-		if rv > c.objs.ResourceVersion() {
-			return nil, tooLargeRV(rv, c.objs.ResourceVersion(), 1)
-		}
+	case initialEvents:
 		withInitial, w.initialEnd = true, opts.AllowWatchBookmarks
 	case opts.SendInitialEvents == nil && rv == 0:
 		withInitial = true // legacy: "" and "0" start with the current state
