@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -67,10 +68,11 @@ func startDurableServer(t *testing.T, dir string) (*kubernetes.Clientset, *exec.
 }
 
 // TestSIGKILLLosesNoAcknowledgedWrite: 16 clients create and update ConfigMaps against a server
-// process with durable state; the process is SIGKILLed in the middle of the storm and started
-// again on the same directory. Every write that got a 2xx is there, no object is torn (the
-// state loads), a write that was in flight is either wholly there or wholly absent, and
-// resourceVersions continue above every one handed out before.
+// process with durable state while a client-go watch follows them; the process is SIGKILLed in
+// the middle of the storm and started again on the same directory. Every write that got a 2xx is
+// there, every change the watch saw is there (changes are delivered once on disk, not before), no
+// object is torn (the state loads), a write that was in flight is either wholly there or wholly
+// absent, and resourceVersions continue above every one handed out before.
 func TestSIGKILLLosesNoAcknowledgedWrite(t *testing.T) {
 	g := NewWithT(t)
 	dir := t.TempDir()
@@ -86,6 +88,20 @@ func TestSIGKILLLosesNoAcknowledgedWrite(t *testing.T) {
 	)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	watcher, err := cs.CoreV1().ConfigMaps("default").Watch(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	seen := map[string]string{} // data["v"] of the last change the watch delivered, by name
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for ev := range watcher.ResultChan() { // ends when the server is killed
+			if cm, ok := ev.Object.(*corev1.ConfigMap); ok && ev.Type != "DELETED" {
+				mu.Lock()
+				seen[cm.Name] = cm.Data["v"]
+				mu.Unlock()
+			}
+		}
+	}()
 	var wg sync.WaitGroup
 	payload := strings.Repeat("x", 2048)
 	for w := range writers {
@@ -128,7 +144,9 @@ func TestSIGKILLLosesNoAcknowledgedWrite(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	g.Expect(cmd.Process.Signal(syscall.SIGKILL)).To(Succeed())
 	wg.Wait()
-	t.Logf("%d writes acknowledged in 1.5 s by %d clients before SIGKILL", acked, writers)
+	<-watched
+	t.Logf("%d writes acknowledged in 1.5 s by %d clients before SIGKILL, %d objects seen by the watch", acked, writers, len(seen))
+	g.Expect(seen).NotTo(BeEmpty(), "the watch saw nothing")
 	g.Expect(acked).To(BeNumerically(">", writers), "the storm did not get going")
 
 	cs, _ = startDurableServer(t, dir)
@@ -150,6 +168,17 @@ func TestSIGKILLLosesNoAcknowledgedWrite(t *testing.T) {
 		g.Expect(ok).To(BeTrue(), "acknowledged %s is gone", name)
 		g.Expect(cm.Data["v"]).To(BeElementOf(ver.acked, ver.inFlight), "%s holds neither its acknowledged nor its in-flight write", name)
 		g.Expect(cm.Data["pad"]).To(Equal(payload), "%s is torn", name)
+	}
+	// writeIndex is the position of a write "W-I" in its writer's sequence.
+	writeIndex := func(v string) int {
+		i, err := strconv.Atoi(v[strings.IndexByte(v, '-')+1:])
+		g.Expect(err).NotTo(HaveOccurred(), v)
+		return i
+	}
+	for name, v := range seen {
+		cm, ok := got[name]
+		g.Expect(ok).To(BeTrue(), "%s, which the watch saw, is gone", name)
+		g.Expect(writeIndex(cm.Data["v"])).To(BeNumerically(">=", writeIndex(v)), "%s: the watch saw write %s, the state holds the older %s", name, v, cm.Data["v"])
 	}
 	next, err := cs.CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())

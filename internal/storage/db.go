@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +26,11 @@ var rvKey = []byte("\x00resourceVersion")
 var ErrClosed = errors.New("storage is closed")
 
 // DB is the state directory's database. Its methods are safe for concurrent use.
+//
+// Each bucket is one workload cluster's state, and its writes depend on each other: a write may
+// carry what an earlier one changed. So when a bucket's write fails, every later write of that
+// bucket fails too (the bucket is fenced) until its owner has undone them in memory and calls
+// Recover; other buckets' writes in the same batch still commit.
 type DB struct {
 	bolt *bolt.DB
 
@@ -32,9 +39,21 @@ type DB struct {
 	closed  bool
 	kick    chan struct{} // capacity 1: "something is pending"
 	stopped chan struct{} // closed when the committer has flushed everything and exited
+	seq     uint64        // queue position of the next write
+	// fences holds, per bucket whose write failed, the queue position from which its writes may
+	// commit again: everything queued before it fails. failedFence until Recover.
+	fences map[string]uint64
+	fault  func(bucket, key string) error // InjectFault's
 
 	stats Stats
 }
+
+// failedFence fences every write of a bucket, whenever queued.
+const failedFence = math.MaxUint64
+
+// ErrEarlierWriteFailed is the error of a write queued after a failed write of its bucket and
+// before the bucket's Recover.
+var ErrEarlierWriteFailed = errors.New("an earlier write of the same workload cluster failed")
 
 // Stats counts the committer's work since Open.
 type Stats struct {
@@ -43,12 +62,12 @@ type Stats struct {
 	Bytes   uint64 // value bytes written
 }
 
-// batch is a group of writes committed in one transaction.
+// batch is a group of writes committed together: in one transaction, or in one per bucket when
+// the batch's transaction failed.
 type batch struct {
 	writes []write
 	done   chan struct{}
-	err    error   // the transaction's: every write of the batch failed
-	failed []error // per write, when its value could not be encoded (nil: none failed)
+	errs   []error // per write, once done; nil when every write committed
 }
 
 type write struct {
@@ -57,7 +76,11 @@ type write struct {
 	encode func() ([]byte, error) // nil: delete key
 	rv     uint64                 // the bucket's resourceVersion once this write is applied; 0: unchanged
 	drop   bool                   // delete the whole bucket
+	seq    uint64                 // queue position
 }
+
+// record reports whether w writes a record (PutRecord) rather than an object.
+func (w write) record() bool { return strings.HasPrefix(w.key, recordPrefix) }
 
 // Open opens (or creates) the database in dir and starts its committer. It fails rather than
 // waits when another process holds the file.
@@ -110,10 +133,41 @@ func (c Commit) Wait() error {
 		return nil
 	}
 	<-c.b.done
-	if c.b.err == nil && c.b.failed != nil {
-		return c.b.failed[c.i]
+	if c.b.errs == nil {
+		return nil
 	}
-	return c.b.err
+	return c.b.errs[c.i]
+}
+
+// Done reports whether Wait would return at once.
+func (c Commit) Done() bool {
+	if c.b == nil {
+		return true
+	}
+	select {
+	case <-c.b.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// InjectFault makes every later commit of a write for which f returns an error fail with it, as a
+// failed transaction would (for tests: a full disk, an I/O error); nil ends it.
+func (db *DB) InjectFault(f func(bucket, key string) error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.fault = f
+}
+
+// Recover lets bucket's writes queued from now on commit again after one of its writes failed;
+// its owner calls it once it has undone, in memory, every write of the bucket it had queued.
+func (db *DB) Recover(bucket string) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if _, ok := db.fences[bucket]; ok {
+		db.fences[bucket] = db.seq
+	}
 }
 
 // Put queues bucket[key] = encode(), and records rv as the bucket's resourceVersion. encode is
@@ -137,13 +191,15 @@ func (db *DB) enqueue(w write) Commit {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	if db.closed {
-		b := &batch{done: make(chan struct{}), err: ErrClosed}
+		b := &batch{done: make(chan struct{}), errs: []error{ErrClosed}}
 		close(b.done)
 		return Commit{b: b}
 	}
 	if db.pending == nil {
 		db.pending = &batch{done: make(chan struct{})}
 	}
+	w.seq = db.seq
+	db.seq++
 	db.pending.writes = append(db.pending.writes, w)
 	select {
 	case db.kick <- struct{}{}:
@@ -165,48 +221,121 @@ func (db *DB) commitPending() {
 	db.mu.Lock()
 	b := db.pending
 	db.pending = nil
+	fault := db.fault
 	db.mu.Unlock()
 	if b == nil {
 		return
 	}
-	// Values are encoded before the transaction, so a value that cannot be encoded fails its own
-	// write only, and the file lock is held for writing alone.
+	failed := map[string]error{} // buckets whose writes in this batch all fail
+	db.fenced(b, failed)
+	// Values are encoded before the transaction, so the file lock is held for writing alone. A
+	// value that cannot be encoded fails its bucket's writes: later ones may build on it.
 	values := make([][]byte, len(b.writes))
-	var bytes uint64
 	for i, w := range b.writes {
-		if w.encode == nil {
+		if w.encode == nil || failed[w.bucket] != nil {
 			continue
 		}
 		v, err := w.encode()
 		if err != nil {
-			if b.failed == nil {
-				b.failed = make([]error, len(b.writes))
-			}
-			b.failed[i] = fmt.Errorf("encoding %s in %s: %w", w.key, w.bucket, err)
+			failed[w.bucket] = fmt.Errorf("encoding %s in %s: %w", w.key, w.bucket, err)
 			continue
 		}
 		values[i] = v
-		bytes += uint64(len(v))
 	}
-	b.err = db.bolt.Update(func(tx *bolt.Tx) error {
-		for i, w := range b.writes {
-			if b.failed != nil && b.failed[i] != nil {
-				continue
+	commit := func(bucket string) error {
+		return db.bolt.Update(func(tx *bolt.Tx) error {
+			for i, w := range b.writes {
+				if (bucket != "" && w.bucket != bucket) || failed[w.bucket] != nil {
+					continue
+				}
+				if fault != nil && !w.drop {
+					if err := fault(w.bucket, w.key); err != nil {
+						return fmt.Errorf("writing %s in %s: %w", w.key, w.bucket, err)
+					}
+				}
+				if err := apply(tx, w, values[i]); err != nil {
+					return err
+				}
 			}
-			if err := apply(tx, w, values[i]); err != nil {
-				return err
+			return nil
+		})
+	}
+	txs := uint64(1)
+	if err := commit(""); err != nil {
+		// One transaction per bucket, so that one cluster's failure fails only its own writes.
+		txs = 0
+		for _, bucket := range batchBuckets(b, failed) {
+			txs++
+			if err := commit(bucket); err != nil {
+				failed[bucket] = err
 			}
 		}
-		return nil
-	})
-	if b.err == nil {
-		db.mu.Lock()
-		db.stats.Batches++
-		db.stats.Writes += uint64(len(b.writes))
-		db.stats.Bytes += bytes
-		db.mu.Unlock()
 	}
+	db.settle(b, failed, txs, values)
 	close(b.done)
+}
+
+// fenced fails, in failed, the buckets of b whose earlier writes failed. Drops pass and end the
+// fence (a deleted cluster's state goes whatever happened to its writes); records pass (they do
+// not depend on the objects, and their writer has no objects to undo).
+func (db *DB) fenced(b *batch, failed map[string]error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	for _, w := range b.writes {
+		fence, ok := db.fences[w.bucket]
+		switch {
+		case !ok:
+		case w.drop:
+			delete(db.fences, w.bucket)
+		case w.record():
+		case w.seq < fence:
+			failed[w.bucket] = ErrEarlierWriteFailed
+		default:
+			delete(db.fences, w.bucket) // recovered, and everything queued before is behind us
+		}
+	}
+}
+
+// batchBuckets lists the buckets of b's writes that have not failed, in queue order.
+func batchBuckets(b *batch, failed map[string]error) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, w := range b.writes {
+		if !seen[w.bucket] && failed[w.bucket] == nil {
+			seen[w.bucket] = true
+			out = append(out, w.bucket)
+		}
+	}
+	return out
+}
+
+// settle records the batch's outcome: each write's error, the fences of the buckets that failed,
+// the stats.
+func (db *DB) settle(b *batch, failed map[string]error, txs uint64, values [][]byte) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	var written, bytes uint64
+	for i, w := range b.writes {
+		err := failed[w.bucket]
+		if err == nil {
+			written++
+			bytes += uint64(len(values[i]))
+			continue
+		}
+		if b.errs == nil {
+			b.errs = make([]error, len(b.writes))
+		}
+		b.errs[i] = err
+		if !w.drop && !w.record() {
+			if db.fences == nil {
+				db.fences = map[string]uint64{}
+			}
+			db.fences[w.bucket] = failedFence
+		}
+	}
+	db.stats.Batches += txs
+	db.stats.Writes += written
+	db.stats.Bytes += bytes
 }
 
 // apply performs one write in tx; value is the encoded value of a put.

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -87,13 +88,17 @@ func TestConcurrentWritersShareCommits(t *testing.T) {
 	g.Expect(got).To(HaveLen(writers * each))
 }
 
-func TestEncodeErrorFailsItsBatchAndLaterWritesProceed(t *testing.T) {
+// TestEncodeErrorFailsItsBucketUntilRecovered: a value that cannot be encoded fails like a failed
+// transaction: its bucket's later writes fail until Recover, then proceed.
+func TestEncodeErrorFailsItsBucketUntilRecovered(t *testing.T) {
 	g := NewWithT(t)
 	db, err := Open(t.TempDir())
 	g.Expect(err).NotTo(HaveOccurred())
 	defer db.Close()
 	bad := db.Put("d", "/k", 1, func() ([]byte, error) { return nil, fmt.Errorf("boom") })
 	g.Expect(bad.Wait()).To(MatchError(ContainSubstring("boom")))
+	g.Expect(db.Put("d", "/k1", 2, value("fenced")).Wait()).To(MatchError(ErrEarlierWriteFailed))
+	db.Recover("d")
 	g.Expect(db.Put("d", "/k2", 2, value("ok")).Wait()).To(Succeed())
 	got, _, _ := load(t, db, "d")
 	g.Expect(got).To(Equal(map[string]string{"/k2": "ok"}))
@@ -115,4 +120,52 @@ func TestWritesAfterCloseFail(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(db.Close()).To(Succeed())
 	g.Expect(db.Put("e", "/k", 1, value("x")).Wait()).To(MatchError(ErrClosed))
+}
+
+// TestFailedWriteFailsItsBucketOnly: a write that cannot be committed fails with every later
+// write of its bucket (they may build on it) until the bucket's owner calls Recover, while the
+// other buckets' writes of the same batch land; nothing of the failed bucket reaches the disk.
+func TestFailedWriteFailsItsBucketOnly(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	db, err := Open(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(db.Put("a", "before", 1, value("ok")).Wait()).To(Succeed())
+
+	injected := errors.New("injected: no space left on device")
+	db.InjectFault(func(bucket, key string) error {
+		if bucket == "a" && key == "bad" {
+			return injected
+		}
+		return nil
+	})
+	// The committer is held in the previous batch until all three are queued: they share one.
+	encoding, release := make(chan struct{}), make(chan struct{})
+	held := db.Put("c", "held", 1, func() ([]byte, error) {
+		close(encoding)
+		<-release
+		return []byte("h"), nil
+	})
+	<-encoding
+	bad := db.Put("a", "bad", 2, value("x"))
+	other := db.Put("b", "y", 5, value("y"))
+	later := db.Put("a", "later", 3, value("z"))
+	close(release)
+	g.Expect(held.Wait()).To(Succeed())
+	g.Expect(bad.Wait()).To(MatchError(injected))
+	g.Expect(later.Wait()).To(HaveOccurred())
+	g.Expect(other.Wait()).To(Succeed(), "another bucket's write in the same batch")
+
+	// Fenced: the bucket's writes fail until its owner has undone what it queued.
+	g.Expect(db.Put("a", "fenced", 4, value("f")).Wait()).To(MatchError(ErrEarlierWriteFailed))
+	g.Expect(db.Put("b", "z", 6, value("z")).Wait()).To(Succeed())
+	db.Recover("a")
+	g.Expect(db.Put("a", "after", 2, value("after")).Wait()).To(Succeed())
+
+	a, rv, _ := load(t, db, "a")
+	g.Expect(a).To(Equal(map[string]string{"before": "ok", "after": "after"}))
+	g.Expect(rv).To(BeEquivalentTo(2))
+	b, _, _ := load(t, db, "b")
+	g.Expect(b).To(Equal(map[string]string{"y": "y", "z": "z"}))
+	g.Expect(db.Close()).To(Succeed())
 }

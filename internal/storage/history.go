@@ -115,6 +115,21 @@ func (h *history) dropOldest() {
 	h.n--
 }
 
+// dropNewest forgets e if it is the newest retained event (a change undone after its commit
+// failed; see Objects.Rollback).
+func (h *history) dropNewest(e *Event) {
+	if h.n == 0 {
+		return
+	}
+	i := (h.head + h.n - 1) % len(h.buf)
+	if h.buf[i] != e {
+		return
+	}
+	h.bytes -= e.Size
+	h.buf[i] = nil
+	h.n--
+}
+
 // covers reports whether every change of the kind after rv is still retained.
 func (h *history) covers(gr schema.GroupResource, rv uint64) bool {
 	return rv >= h.floor && rv >= h.evicted[gr]

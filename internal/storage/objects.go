@@ -30,6 +30,8 @@ type Objects struct {
 	enc     encodedCache
 	db      *DB    // nil: memory only
 	commit  Commit // the last write queued to db
+	// unsettled are the changes not yet seen on disk, oldest first (rollback.go); with a db only.
+	unsettled []unsettledChange
 }
 
 // HistoryOptions bound the history of changes kept for watches.
@@ -138,7 +140,9 @@ func (o *Objects) Put(gr schema.GroupResource, obj, old client.Object) *Event {
 		typ = watch.Modified
 		o.bytes -= int64(SizeOf(old))
 	}
-	return o.record(typ, gr, key, obj, old, size)
+	e := o.record(typ, gr, key, obj, old, size)
+	o.keepUnsettled(e)
+	return e
 }
 
 // Delete commits the removal of old; last is a private copy of its final state, which gets the
@@ -154,7 +158,9 @@ func (o *Objects) Delete(gr schema.GroupResource, old, last client.Object) *Even
 	}
 	size := SizeOf(old)
 	o.bytes -= int64(size)
-	return o.record(watch.Deleted, gr, key, last, old, size)
+	e := o.record(watch.Deleted, gr, key, last, old, size)
+	o.keepUnsettled(e)
+	return e
 }
 
 func (o *Objects) persistPut(gr schema.GroupResource, key string, obj client.Object) {
@@ -175,4 +181,5 @@ func (o *Objects) Close() {
 	// Nothing reaches the disk any more: the cluster's bucket is dropped after this, and a late
 	// write must not create it again.
 	o.db = nil
+	o.unsettled = nil
 }

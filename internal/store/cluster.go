@@ -232,7 +232,11 @@ func (c *Cluster) Get(gvr schema.GroupVersionResource, namespace, name string) (
 	c.renewNodeLeases(gvr.GroupResource(), namespace)
 	c.mu.RLock()
 	obj := c.getLocked(gvr.GroupResource(), storage.Key(namespace, name))
+	commit := c.objs.LastCommit()
 	c.mu.RUnlock()
+	if !c.settled(commit) {
+		return c.Get(gvr, namespace, name) // what it read was undone: read again
+	}
 	if obj == nil {
 		return nil, apierrors.NewNotFound(gvr.GroupResource(), name)
 	}

@@ -3,10 +3,13 @@ package store
 import (
 	"fmt"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
@@ -19,15 +22,59 @@ var ErrStateUnreadable = storage.ErrUnreadable
 // waits until everything queued so far is on disk, so that no client is told of a write a crash
 // could lose. Batches commit in queue order, so the last queued write being on disk means all
 // earlier ones are. The wait happens outside the lock: readers and other writers go on while
-// the disk syncs, and their writes join the next batch.
+// the disk syncs, and their writes join the next batch. A write that did not reach the disk is
+// undone (rollBack) and answered 500.
 func (c *Cluster) unlockDurable(errp *error, skipWait bool) {
 	commit := c.objs.LastCommit()
 	c.mu.Unlock()
 	if skipWait {
 		return
 	}
-	if err := commit.Wait(); err != nil && *errp == nil {
-		*errp = apierrors.NewInternalError(fmt.Errorf("storage of workload cluster %s: %w", c.name, err))
+	if err := commit.Wait(); err != nil {
+		c.rollBack()
+		if *errp == nil {
+			*errp = apierrors.NewInternalError(fmt.Errorf("storage of workload cluster %s: %w", c.name, err))
+		}
+	}
+}
+
+// settled waits until commit, the last write queued when a read took its state, is on disk, so
+// that a reader never answers with a change a crash or a failed commit could take back. It
+// reports false when that write failed: the failed changes have been undone, and the caller
+// reads again.
+func (c *Cluster) settled(commit storage.Commit) bool {
+	if commit.Wait() == nil {
+		return true
+	}
+	c.rollBack()
+	return false
+}
+
+// rollBack undoes the changes whose commit failed (storage.Objects.Rollback) and what the cluster
+// derived from them: the owner index, the served custom resources, and the informers' view (they
+// get the reverse changes, newest first). Timers the simulated components armed for an undone
+// change look at the stored state when they fire.
+func (c *Cluster) rollBack() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.objs.Rollback() {
+		var undone, restored client.Object // the change's result, and what is stored again
+		if e.Type != watch.Deleted {
+			undone = e.Obj
+			c.unindexOwners(e.GR, e.Key, e.Obj)
+		}
+		if e.Old != nil {
+			restored = e.Old
+			c.indexOwners(e.GR, e.Key, e.Old)
+		}
+		if e.GR == crdsGR { // what is served follows the CRD stored again (and nothing else reacts)
+			if restored == nil {
+				c.setCustomKind(e.Key, nil)
+			} else {
+				c.serveCustomResourceDefinition(restored.(*apiextensionsv1.CustomResourceDefinition))
+			}
+		}
+		c.informLocked(e.GR, undone, restored)
 	}
 }
 

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
@@ -245,4 +247,39 @@ func TestWritesAfterDeleteAreRefused(t *testing.T) {
 	buckets, err := db.Buckets()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(buckets).NotTo(ContainElement("ns/gone"), "a write after the delete brought the cluster's state back")
+}
+
+// TestFailedCommitUndoesWhatTheClusterDerived: a CRD whose commit fails is undone with what the
+// cluster derived from it (its kind is not served), and informers, which see changes before the
+// disk confirms them, get the reverse change.
+func TestFailedCommitUndoesWhatTheClusterDerived(t *testing.T) {
+	g := NewWithT(t)
+	m, closeDB := durableManager(t, t.TempDir())
+	defer closeDB()
+	c, err := m.AddCluster("c", ClusterOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	view := map[string]string{} // what an informer's cache holds: name -> resourceVersion
+	stop := c.Inform([]schema.GroupResource{crdsGR}, func(ch Change) {
+		if ch.New == nil {
+			delete(view, ch.Old.GetName())
+			return
+		}
+		view[ch.New.GetName()] = ch.New.GetResourceVersion()
+	})
+	defer stop()
+
+	m.db.InjectFault(func(string, string) error { return errors.New("injected I/O error") })
+	_, err = c.Create(crdsGVR, "", widgetCRD(), CreateOptions{})
+	g.Expect(apierrors.IsInternalError(err)).To(BeTrue(), "%v", err)
+	m.db.InjectFault(nil)
+	g.Expect(view).To(BeEmpty(), "the informer saw the CRD created, then undone")
+	_, err = c.Create(widgetsGVR, "default", widget("w", map[string]any{}), CreateOptions{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the undone CRD's kind is not served: %v", err)
+
+	createCRD(t, c)
+	g.Expect(view).To(HaveLen(1))
+	g.Eventually(func() error {
+		_, err := c.Create(widgetsGVR, "default", widget("w", map[string]any{}), CreateOptions{})
+		return err
+	}).Should(Succeed())
 }

@@ -50,7 +50,11 @@ func (c *Cluster) GetEncoded(gvr schema.GroupVersionResource, namespace, name, f
 	if obj != nil {
 		data = c.objs.Encoding(gr, key, obj, format)
 	}
+	commit := c.objs.LastCommit()
 	c.mu.RUnlock()
+	if !c.settled(commit) {
+		return c.GetEncoded(gvr, namespace, name, format, encode) // what it read was undone
+	}
 	if obj == nil {
 		return nil, apierrors.NewNotFound(gr, name)
 	}

@@ -241,7 +241,11 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 		}
 	}
 	oldest := c.objs.OldestCovered(gvr.GroupResource())
+	commit := c.objs.LastCommit()
 	c.mu.RUnlock()
+	if !c.settled(commit) {
+		return c.List(gvr, namespace, opts) // what it read was undone: read again
+	}
 	if err != nil {
 		if opts.Continue != "" {
 			return nil, apierrors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")

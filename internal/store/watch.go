@@ -102,28 +102,42 @@ func (w *Watcher) ResultChan() <-chan watch.Event {
 // "k8s.io/initial-events-end"; with a resourceVersion it resumes after it, or answers 410 Gone
 // when the history no longer reaches back that far.
 func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts ListOptions) (*Watcher, error) {
-	b, err := c.lookup(gvr)
+	w, commit, err := c.watch(gvr, namespace, opts)
 	if err != nil {
 		return nil, err
 	}
+	if !c.settled(commit) { // its initial state held changes that were undone: start again
+		w.Stop()
+		return c.Watch(gvr, namespace, opts)
+	}
+	return w, nil
+}
+
+// watch starts a Watch and returns the last write queued when it took its initial state.
+func (c *Cluster) watch(gvr schema.GroupVersionResource, namespace string, opts ListOptions) (_ *Watcher, commit storage.Commit, err error) {
+	b, err := c.lookup(gvr)
+	if err != nil {
+		return nil, commit, err
+	}
 	if b.storedAs != nil {
-		return c.watchView(b, namespace, opts)
+		w, err := c.watchView(b, namespace, opts)
+		return w, storage.Commit{}, err // settled by the stored resource's Watch
 	}
 	if !b.info.Namespaced {
 		namespace = ""
 	}
 	if err := validateListOptions(opts, true); err != nil {
-		return nil, err
+		return nil, commit, err
 	}
 	c.renewNodeLeases(gvr.GroupResource(), namespace)
 	sel, err := b.selectors(opts)
 	if err != nil {
-		return nil, err
+		return nil, commit, err
 	}
 	var rv uint64
 	if opts.ResourceVersion != "" && opts.ResourceVersion != "0" {
 		if rv, err = parseRV(opts.ResourceVersion); err != nil {
-			return nil, err
+			return nil, commit, err
 		}
 	}
 	initialEvents := opts.SendInitialEvents != nil && *opts.SendInitialEvents
@@ -131,7 +145,7 @@ func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts 
 		// The initial state must be at least rv: wait for it a little, as the watch cache does
 		// (a plain watch from a future rv just waits for the changes after it).
 		if err := c.waitFresh(rv); err != nil {
-			return nil, err
+			return nil, commit, err
 		}
 	}
 	w := &Watcher{
@@ -144,7 +158,7 @@ func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return nil, apierrors.NewServiceUnavailable("cluster " + c.name + " is being deleted")
+		return nil, commit, apierrors.NewServiceUnavailable("cluster " + c.name + " is being deleted")
 	}
 	withInitial := false
 	switch {
@@ -157,7 +171,7 @@ func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts 
 		w.cursor = c.objs.ResourceVersion()
 	} else {
 		if !c.objs.Covers(w.gr, rv) {
-			return nil, tooOldRV(rv, c.objs.OldestCovered(w.gr))
+			return nil, commit, tooOldRV(rv, c.objs.OldestCovered(w.gr))
 		}
 		w.cursor = rv
 	}
@@ -177,7 +191,7 @@ func (c *Cluster) Watch(gvr schema.GroupVersionResource, namespace string, opts 
 		c.watchers = map[*Watcher]struct{}{}
 	}
 	c.watchers[w] = struct{}{}
-	return w, nil
+	return w, c.objs.LastCommit(), nil
 }
 
 // run feeds ResultChan from Next.
@@ -267,12 +281,16 @@ func (w *Watcher) next(cancel <-chan struct{}) (watch.Event, bool) {
 		w.c.mu.RLock()
 		closed := w.c.closed
 		evs, ok := w.c.objs.Since(w.gr, w.cursor, watchBatch)
+		commit := w.c.objs.LastCommit()
 		w.c.mu.RUnlock()
 		if closed || !ok {
 			return watch.Event{}, false // cluster gone, or this watcher fell behind the history
 		}
 		if len(evs) > 0 {
-			w.pending = evs
+			// Only changes on disk are delivered; undone ones are gone when it reads again.
+			if w.c.settled(commit) {
+				w.pending = evs
+			}
 			continue
 		}
 		// Caught up: every event up to the cursor was handled, so a bookmark may carry it.
