@@ -74,8 +74,9 @@ func TestClusterFaultsInjected(t *testing.T) {
 		APIServer:   &infrav1.APIServerSimulation{Latency: &infrav1.LatencyFault{Base: metav1.Duration{Duration: 100 * time.Millisecond}, Until: &until}},
 	}
 	g.Expect(k8sClient.Update(ctx, f.gc)).To(Succeed())
+	reconciled := time.Now() // the requeue is asked for after this: at most until-reconciled (+100ms) away
 	res := h.reconcileCluster(t, f.gc)
-	g.Expect(res.RequeueAfter).To(And(BeNumerically(">", 0), BeNumerically("<=", time.Until(until.Time)+200*time.Millisecond)))
+	g.Expect(res.RequeueAfter).To(And(BeNumerically(">", 0), BeNumerically("<=", until.Sub(reconciled)+101*time.Millisecond)))
 	get(t, f.gc)
 	g.Expect(f.gc.Status.Conditions).To(haveCondition(infrav1.FaultsInjectedCondition, metav1.ConditionTrue, infrav1.FaultsActiveReason))
 	g.Expect(conditions.Get(f.gc, infrav1.FaultsInjectedCondition).Message).To(Equal("unreachable; apiServer.latency 100ms"))
