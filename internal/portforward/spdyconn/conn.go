@@ -36,6 +36,9 @@ const maxStreamID = 0x7fffffff
 // ErrServerStreams is CreateStream's answer: port-forward's server never opens streams.
 var ErrServerStreams = errors.New("spdyconn: the server side does not create streams")
 
+// errWriteFailed ends serve when a write failed while it waited for a reader.
+var errWriteFailed = errors.New("spdyconn: a write failed")
+
 var (
 	_ httpstream.Connection = (*Conn)(nil)
 	_ httpstream.Stream     = (*Stream)(nil)
@@ -62,6 +65,9 @@ type Conn struct {
 	shutdownOnce sync.Once
 	closing      chan struct{} // closed when the connection starts to end: unblocks waits
 	closed       chan bool     // closed once the net.Conn is closed: CloseChan
+
+	failOnce sync.Once
+	failed   chan struct{} // closed when a write failed: ends serve's wait in deliver
 }
 
 // NewServer serves the SPDY/3.1 connection c, whose protocol upgrade is done, until
@@ -78,14 +84,22 @@ func NewServer(c net.Conn, newStream httpstream.NewStreamHandler) *Conn {
 		space:     make(chan struct{}, 1),
 		closing:   make(chan struct{}),
 		closed:    make(chan bool),
+		failed:    make(chan struct{}),
 	}
 	conn.reader = newControlFramer(&conn.in)
 	conn.idle = newIdleTimer(func() { _ = conn.Close() })
-	// A failed write may have left part of a frame on the wire: nothing sent after it
-	// would parse, so the connection ends (closing it ends serve).
-	conn.writer = newFrameWriter(c, conn.idle.touch, func() { _ = c.Close() })
+	conn.writer = newFrameWriter(c, conn.idle.touch, conn.writeFailed)
 	go conn.serve()
 	return conn
+}
+
+// writeFailed ends the connection after a failed write, which may have left part of a
+// frame on the wire: nothing sent after it would parse. Closing the net.Conn ends
+// serve's read, and failed its wait for a reader; serve then shuts the connection
+// down. Not shutdown itself: the write that failed may be one of shutdown's.
+func (c *Conn) writeFailed() {
+	c.failOnce.Do(func() { close(c.failed) })
+	_ = c.netConn.Close()
 }
 
 // serve reads and handles frames until the connection ends: at EOF, a closed
@@ -190,34 +204,55 @@ func (c *Conn) readData(id uint32, flags spdy.DataFlags, length uint32) error {
 	return nil
 }
 
-// deliver queues data for s's reader. Past the stream's window or the connection's
-// budget it waits for readers to make room, at most the stall timeout: then the stream
-// holding up the others is reset with FLOW_CONTROL_ERROR and its data dropped, as a
-// SPDY receiver does to a sender past its window. So one stream nobody reads holds up
-// the connection's other streams that long, once. An error is a failed write.
+// deliver queues data for s's reader. When it does not fit (s is past its window, or
+// the streams together past the connection's budget) the client sent more than the
+// readers took: spdystream, client-go's SPDY, has no flow control (it ignores
+// WINDOW_UPDATE and SETTINGS), so only TCP can hold it back, and TCP holds back every
+// stream of the connection. So the connection waits for the readers only when no other
+// stream may still receive data, and at most the stall timeout; otherwise, and after
+// that timeout, it resets the stream past its window, else the one holding the most
+// of the budget, with FLOW_CONTROL_ERROR (as a SPDY receiver does to a sender past its
+// window), and drops its data. One stream nobody reads thus never holds up the others'
+// data. An error ends the connection.
 func (c *Conn) deliver(s *Stream, data []byte) error {
-	if s.enqueue(data) {
-		return nil
-	}
-	stall := time.NewTimer(stallTimeout())
-	defer stall.Stop()
-	for {
-		select {
-		case <-c.space:
-		case <-stall.C:
-			victim := c.stalling(s, len(data))
-			c.forget(victim)
-			if err := victim.resetLocally(true, spdy.FlowControlError); err != nil || victim == s {
-				return err
+	var stall *time.Timer // set once the connection waits: no other stream may receive
+	for !s.enqueue(data) {
+		if stall == nil && !c.othersMayReceive(s) {
+			stall = time.NewTimer(stallTimeout())
+			defer stall.Stop()
+		}
+		if stall != nil {
+			select {
+			case <-c.space:
+				continue
+			case <-stall.C:
+				stall.Reset(stallTimeout())
+			case <-c.closing:
+				return nil
+			case <-c.failed:
+				return errWriteFailed
 			}
-			stall.Reset(stallTimeout())
-		case <-c.closing:
-			return nil
 		}
-		if s.enqueue(data) {
-			return nil
+		victim := c.stalling(s, len(data))
+		c.forget(victim)
+		if err := victim.resetLocally(true, spdy.FlowControlError); err != nil || victim == s {
+			return err
 		}
 	}
+	return nil
+}
+
+// othersMayReceive reports whether a stream other than s may still get data: its
+// frames may be queued behind s's, and waiting for s's reader would hold them up.
+func (c *Conn) othersMayReceive(s *Stream) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, other := range c.streams {
+		if other != s && other.accepting() {
+			return true
+		}
+	}
+	return false
 }
 
 // stalling is the stream to reset when n bytes for s found no room: s past its own

@@ -31,15 +31,17 @@ const (
 	// maxDataChunk is the most of a DATA frame read (and allocated) at a time.
 	maxDataChunk = 32 << 10
 	// maxBufferedPerStream is a stream's receive window: the data it holds for a
-	// reader that does not keep up. Past it the connection waits for the reader.
+	// reader that does not keep up. Past it the stream is reset, unless it is the only
+	// one that may receive data: then the connection waits for its reader (deliver).
 	maxBufferedPerStream = 128 << 10
 	// maxBufferedPerConn bounds the same for all streams of a connection together.
 	maxBufferedPerConn = 1 << 20
 )
 
-// defaultStallTimeout is how long the connection waits for readers to make room
-// before it resets a stream (Conn.deliver). SPDY's flow control would have the client
-// stop at the window, but spdystream, client-go's SPDY, ignores windows.
+// defaultStallTimeout is how long the connection waits for readers to make room,
+// when it waits at all (Conn.deliver), before it resets a stream. SPDY's flow control
+// would have the client stop at the window, but spdystream, client-go's SPDY, ignores
+// windows: only TCP holds it back, and for every stream of the connection at once.
 const defaultStallTimeout = 2 * time.Second
 
 var stallTimeoutNanos atomic.Int64 // tests shorten it

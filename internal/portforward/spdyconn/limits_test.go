@@ -16,6 +16,7 @@ import (
 	"github.com/moby/spdystream"
 	"github.com/moby/spdystream/spdy"
 	"k8s.io/streaming/pkg/httpstream"
+	k8sspdy "k8s.io/streaming/pkg/httpstream/spdy"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/portforward/spdyconn"
 )
@@ -200,8 +201,8 @@ func TestSilentDataFramesHoldNoMemory(t *testing.T) {
 	}
 }
 
-// A stream whose reader stopped holds up the connection's other streams for the
-// stall timeout at most: then it is reset with FLOW_CONTROL_ERROR, and the others go on.
+// A stream whose reader stopped is reset with FLOW_CONTROL_ERROR once past its window,
+// its data dropped, while the connection's other streams go on.
 func TestStalledStreamDoesNotStallTheOthers(t *testing.T) {
 	a := newAcceptor()
 	client, _ := serve(t, a.handle)
@@ -253,6 +254,140 @@ func TestStalledStreamDoesNotStallTheOthers(t *testing.T) {
 	_ = cs.Close()
 	if got := readAll(t, ss); got != "next" {
 		t.Fatalf("server read %q", got)
+	}
+}
+
+// The data of other streams is never held up behind a stream whose reader stopped:
+// the client (spdystream) ignores SPDY's windows, so waiting for that reader would stop
+// the connection's frame reader and every stream behind it on the wire. The stream past
+// its window is reset at once, not after the stall timeout (here longer than the test
+// waits).
+func TestSlowStreamDoesNotDelayTheOthers(t *testing.T) {
+	defer spdyconn.SetStallTimeout(5 * time.Second)()
+	a := newAcceptor()
+	client, _ := serve(t, a.handle)
+	slowC, slowS := openStream(t, client, a, "streamtype", "data", "port", "1")
+	otherC, otherS := openStream(t, client, a, "streamtype", "data", "port", "2")
+
+	// 256 KiB, twice the slow stream's window, that nobody reads; then the other
+	// stream's data, behind it on the wire.
+	chunk := make([]byte, 32<<10)
+	for range 8 {
+		if _, err := slowC.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const msg = "not held up"
+	start := time.Now()
+	if _, err := otherC.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	arrived := make(chan string, 1)
+	go func() {
+		b := make([]byte, len(msg))
+		n, _ := io.ReadFull(otherS, b) // ends at the latest when the cleanup closes the connection
+		arrived <- string(b[:n])
+	}()
+	select {
+	case got := <-arrived:
+		if got != msg {
+			t.Fatalf("the other stream read %q", got)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the other stream's data did not arrive within 1s: the stream nobody reads holds up the connection")
+	}
+	t.Logf("the other stream's data arrived after %v", time.Since(start).Round(time.Millisecond))
+
+	// The slow stream was reset for both sides, its data dropped.
+	deadline := time.Now().Add(3 * time.Second)
+	for !slowC.(*spdystream.Stream).IsFinished() {
+		if time.Now().After(deadline) {
+			t.Fatal("the client did not see the slow stream's reset")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := readAll(t, slowS); got != "" {
+		t.Fatalf("the reset stream still had %d bytes to read", len(got))
+	}
+}
+
+// A stream the only one that may still receive data makes the connection wait for its
+// reader (TCP pushes back on the client, TestSlowReaderPushesBackOnTheClient) for the
+// stall timeout at most: then it is reset, and the connection serves new streams.
+func TestLoneStalledStreamIsResetAfterTheStallTimeout(t *testing.T) {
+	defer spdyconn.SetStallTimeout(200 * time.Millisecond)()
+	a := newAcceptor()
+	client, _ := serve(t, a.handle)
+	cs, ss := openStream(t, client, a, "streamtype", "data")
+	chunk := make([]byte, 32<<10)
+	for range 8 { // 256 KiB, twice its window; nobody reads it
+		if _, err := cs.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !cs.(*spdystream.Stream).IsFinished() {
+		if time.Now().After(deadline) {
+			t.Fatal("the client did not see the stalled stream's reset")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := readAll(t, ss); got != "" {
+		t.Fatalf("the reset stream still had %d bytes to read", len(got))
+	}
+	cs2, ss2 := openStream(t, client, a, "streamtype", "data")
+	if _, err := cs2.Write([]byte("next")); err != nil {
+		t.Fatal(err)
+	}
+	_ = cs2.Close()
+	if got := readAll(t, ss2); got != "next" {
+		t.Fatalf("server read %q", got)
+	}
+}
+
+// A failed write ends the connection at once, also while its frame reader waits for a
+// stream's reader: nothing keeps running on a connection that can no longer send.
+func TestFailedWriteEndsAWaitingConnection(t *testing.T) {
+	defer spdyconn.SetStallTimeout(5 * time.Second)()
+	a := newAcceptor()
+	cc, sc := tcpPair(t)
+	server := spdyconn.NewServer(sc, a.handle)
+	client, err := k8sspdy.NewClientConnection(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = client.Close()
+		_ = server.Close()
+		<-server.CloseChan()
+	})
+	cs, ss := openStream(t, client, a, "streamtype", "data")
+	// The only stream: past its window, the connection waits for its reader.
+	chunk := make([]byte, 32<<10)
+	for range 8 {
+		if _, err := cs.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for spdyconn.Buffered(server) < 128<<10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the stream holds %d bytes, want its window full", spdyconn.Buffered(server))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the reader reads the next chunk and waits
+
+	if err := sc.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ss.Write([]byte("x")); err == nil {
+		t.Fatal("a write on a socket shut down for writing succeeded")
+	}
+	select {
+	case <-server.CloseChan():
+	case <-time.After(time.Second):
+		t.Fatal("the connection did not end within 1s of a failed write")
 	}
 }
 

@@ -189,7 +189,7 @@ func (s *Stream) sendReply() error {
 
 // enqueue queues data from the client for Read, or drops it when nobody will read it.
 // It reports false, keeping nothing, when the data does not fit the stream's window or
-// the connection's budget (Conn.deliver waits then).
+// the connection's budget (Conn.deliver waits or resets a stream then).
 func (s *Stream) enqueue(data []byte) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
