@@ -144,7 +144,9 @@ E2E_UPSTREAM_TIMEOUT ?= 120m
 
 .PHONY: e2e-upstream
 e2e-upstream: ## Run CAPI's own e2e specs (sigs.k8s.io/cluster-api/test/e2e) against Goofy on the local plane (test/capi-e2e; E2E_FOCUS, E2E_SKIP, E2E_LABELS).
-	GOOFY_MANAGER=$(CURDIR)/bin/goofy-capi-e2e-manager go -C test/capi-e2e test -count=1 -v -timeout $(E2E_UPSTREAM_TIMEOUT) . -args -ginkgo.v -ginkgo.no-color \
+	@# CAPI's framework leaves a workload cluster's kubeconfig in the temporary directory: one of ours.
+	tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
+	TMPDIR="$$tmp" GOOFY_MANAGER=$(CURDIR)/bin/goofy-capi-e2e-manager go -C test/capi-e2e test -count=1 -v -timeout $(E2E_UPSTREAM_TIMEOUT) . -args -ginkgo.v -ginkgo.no-color \
 		$(if $(E2E_FOCUS),-ginkgo.focus="$(E2E_FOCUS)") $(if $(E2E_SKIP),-ginkgo.skip="$(E2E_SKIP)") \
 		$(if $(E2E_LABELS),-ginkgo.label-filter="$(E2E_LABELS)")
 

@@ -118,7 +118,9 @@ func expectChildrenDieWithKilledHelper(t *testing.T, helperEnv string, commands 
 	}
 	g := NewWithT(t)
 	helper := exec.Command(os.Args[0], "-test.run=^$")
-	helper.Env = append(os.Environ(), helperEnv+"="+t.TempDir())
+	// The helper is killed, so it cannot remove what it creates: its temporary directories (the
+	// plane's, envtest's) go under the test's own, which the test removes.
+	helper.Env = append(os.Environ(), helperEnv+"="+t.TempDir(), "TMPDIR="+t.TempDir())
 	out, err := helper.StdoutPipe()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(helper.Start()).To(Succeed())
