@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -51,6 +53,11 @@ type GoofyClusterReconciler struct {
 	Simulator *simulate.Simulator
 
 	recorder events.EventRecorder
+
+	// portRetries counts, per GoofyCluster UID, the reconciles in a row that could not bind the
+	// cluster's port (mux.ErrPortUnavailable): the backoff of the next try.
+	portRetriesMu sync.Mutex
+	portRetries   map[types.UID]int
 }
 
 // SetupWithManager registers the reconciler: GoofyClusters, and their Cluster's creation and
@@ -226,6 +233,52 @@ func (r *GoofyClusterReconciler) contested(ctx context.Context, key string, port
 // or move does not wake it; its own spec change does).
 const portNotHeldRetry = 30 * time.Second
 
+// The backoff of a port that cannot be bound: nothing wakes the reconciler when the other process
+// lets the port go, so it looks again, soon at first, then every portRetryMax.
+const (
+	portRetryMin = time.Second
+	portRetryMax = 30 * time.Second
+)
+
+// portUnavailable reports that the workload cluster's port cannot be bound (err wraps
+// mux.ErrPortUnavailable, with the bind error) and returns when to try again. The endpoint cannot
+// move: CAPI's Cluster.spec.controlPlaneEndpoint is immutable once set, so the cluster waits for
+// its own port, with its state kept on disk, and serves again once the port is free.
+func (r *GoofyClusterReconciler) portUnavailable(ctx context.Context, gc *infrav1.GoofyCluster, key string, err error) ctrl.Result {
+	retry := r.portRetryDelay(gc.UID)
+	ctrl.LoggerFrom(ctx).Info("The workload cluster's port cannot be bound; retrying", "cluster", key,
+		"port", gc.Spec.ControlPlaneEndpoint.Port, "retryAfter", retry, "reason", err.Error())
+	// The message is the same on every try: no status write per retry.
+	msg := fmt.Sprintf("%s: the endpoint cannot move to another port; binding it is retried until it is free", err)
+	setNotReady(gc, infrav1.LoadBalancerReadyCondition, infrav1.PortUnavailableReason, msg)
+	setNotReady(gc, infrav1.ReadyCondition, infrav1.PortUnavailableReason, msg)
+	return ctrl.Result{RequeueAfter: retry}
+}
+
+// portRetryDelay counts a failed try to bind the port of the GoofyCluster with UID uid and returns
+// the wait before the next: portRetryMin, doubled per failed try before, at most portRetryMax.
+func (r *GoofyClusterReconciler) portRetryDelay(uid types.UID) time.Duration {
+	r.portRetriesMu.Lock()
+	defer r.portRetriesMu.Unlock()
+	if r.portRetries == nil {
+		r.portRetries = map[types.UID]int{}
+	}
+	n := r.portRetries[uid]
+	r.portRetries[uid] = n + 1
+	d := portRetryMin
+	for i := 0; i < n && d < portRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, portRetryMax)
+}
+
+// portBound ends the backoff of the GoofyCluster with UID uid: its port is bound (or it is deleted).
+func (r *GoofyClusterReconciler) portBound(uid types.UID) {
+	r.portRetriesMu.Lock()
+	defer r.portRetriesMu.Unlock()
+	delete(r.portRetries, uid)
+}
+
 // errHeld: another existing GoofyCluster holds the workload cluster.
 type errHeld struct{ holder *infrav1.GoofyCluster }
 
@@ -239,6 +292,7 @@ func (e errHeld) Error() string {
 func (r *GoofyClusterReconciler) releaseIfHeld(ctx context.Context, gc *infrav1.GoofyCluster, key string) error {
 	// A port reserved for gc's claim (its Cluster deleted before the claim) goes too.
 	r.Mux.CancelWorkloadClusterPort(key, gc.UID)
+	r.portBound(gc.UID)
 	if uid, held := r.Mux.OwnerOf(key); held && uid == gc.UID {
 		if _, err := r.Mux.ReleaseWorkloadClusterListener(key, gc.UID); err != nil {
 			return err
@@ -264,9 +318,19 @@ func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *c
 	// Keep a recorded endpoint's port: after a restart the listener comes back where clients expect it.
 	l, err := r.claimListener(ctx, gc, key)
 	if err != nil {
+		if errors.Is(err, mux.ErrPortNotHeld) || errors.Is(err, mux.ErrPortUnavailable) {
+			// A state that cannot be read is the more fundamental failure: on whatever port, the
+			// cluster would not be served. It is the reason shown.
+			if serr := r.Mux.CheckWorkloadClusterState(key, gc.UID); serr != nil {
+				err = serr
+			}
+		}
 		reason := infrav1.ListenerFailedReason
 		var held errHeld
 		switch {
+		case errors.Is(err, store.ErrStateUnreadable):
+			// Never a silently empty cluster: it stays down, saying why, until the state is repaired or removed.
+			reason = infrav1.StateUnreadableReason
 		case errors.As(err, &held):
 			setNotReady(gc, infrav1.LoadBalancerReadyCondition, infrav1.WorkloadClusterHeldReason, err.Error())
 			setNotReady(gc, infrav1.ReadyCondition, infrav1.WorkloadClusterHeldReason, err.Error())
@@ -277,11 +341,10 @@ func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *c
 			setNotReady(gc, infrav1.LoadBalancerReadyCondition, infrav1.PortNotHeldReason, err.Error())
 			setNotReady(gc, infrav1.ReadyCondition, infrav1.PortNotHeldReason, err.Error())
 			return ctrl.Result{RequeueAfter: portNotHeldRetry}, nil
+		case errors.Is(err, mux.ErrPortUnavailable):
+			return r.portUnavailable(ctx, gc, key, err), nil
 		case errors.Is(err, mux.ErrPortRangeExhausted):
 			reason = infrav1.PortRangeExhaustedReason
-		case errors.Is(err, store.ErrStateUnreadable):
-			// Never a silently empty cluster: it stays down, saying why, until the state is repaired or removed.
-			reason = infrav1.StateUnreadableReason
 		}
 		setNotReady(gc, infrav1.LoadBalancerReadyCondition, reason, err.Error())
 		setNotReady(gc, infrav1.ReadyCondition, reason, err.Error())
@@ -307,8 +370,13 @@ func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *c
 	now := time.Now()
 	faults := mux.ClusterFaults(gc.Spec.Simulation, now)
 	if err := l.SetFaults(ctx, faults.Faults); err != nil {
+		if errors.Is(err, mux.ErrPortUnavailable) {
+			// Serving again after an unreachable fault, on a port another process took meanwhile.
+			return r.portUnavailable(ctx, gc, key, err), nil
+		}
 		return ctrl.Result{}, fmt.Errorf("injecting faults: %w", err)
 	}
+	r.portBound(gc.UID)
 	requeue := recordFaults(ctx, r.recorder, gc, clusterFaultKey(gc), faults, now)
 	if r.Simulator != nil {
 		r.Simulator.Configure(l.Store().Name(), workloadOptions(gc.Spec.Simulation))
@@ -416,6 +484,7 @@ func (r *GoofyClusterReconciler) repairKubeconfig(ctx context.Context, cluster *
 
 func (r *GoofyClusterReconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Cluster, gc *infrav1.GoofyCluster) error {
 	setNotReady(gc, infrav1.ReadyCondition, infrav1.DeletingReason, "")
+	r.portBound(gc.UID)
 	key := mux.ClusterKey(gc.Namespace, cluster.Name)
 	released, err := r.Mux.ReleaseWorkloadClusterListener(key, gc.UID)
 	if err != nil {

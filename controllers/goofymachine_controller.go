@@ -227,8 +227,14 @@ func (r *GoofyMachineReconciler) reconcileMachine(ctx context.Context, s *machin
 	}
 	l, ok := r.Mux.Listener(s.key)
 	if !ok {
-		setWaiting(s.gm, infrav1.VMProvisionedCondition, infrav1.WaitingForClusterInfrastructureReason, "waiting for the workload cluster listener")
-		setSummary(s)
+		// A provisioned machine keeps its phases while its cluster's listener is away (after a
+		// restart, until its GoofyCluster gets its port back: PortUnavailable): its VM did not
+		// go, and re-timing the VM phase would hold its Node, etcd member and API server back
+		// for the phase's startupDuration once the listener is back.
+		if !conditions.IsTrue(s.gm, infrav1.VMProvisionedCondition) {
+			setWaiting(s.gm, infrav1.VMProvisionedCondition, infrav1.WaitingForClusterInfrastructureReason, "waiting for the workload cluster listener")
+			setSummary(s)
+		}
 		return ctrl.Result{RequeueAfter: waitForListener}, nil
 	}
 	if s.faults.vmFailed && !conditions.IsTrue(s.gm, infrav1.VMProvisionedCondition) {

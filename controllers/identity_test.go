@@ -44,7 +44,11 @@ func (d *durableHarness) open(t *testing.T) {
 	d.db = db
 }
 
-func (d *durableHarness) restart(t *testing.T) {
+func (d *durableHarness) restart(t *testing.T) { d.restartWith(t, nil) }
+
+// restartWith is restart, with down (when not nil) run while no process runs: between the end of
+// the old one and the start of the new one.
+func (d *durableHarness) restartWith(t *testing.T, down func()) {
 	t.Helper()
 	ctx := context.Background()
 	if err := d.mux.Shutdown(ctx); err != nil {
@@ -52,6 +56,9 @@ func (d *durableHarness) restart(t *testing.T) {
 	}
 	if err := d.db.Close(); err != nil {
 		t.Fatal(err)
+	}
+	if down != nil {
+		down()
 	}
 	d.open(t)
 	next := newHarnessWith(t, store.NewManager(store.WithStorage(d.db)))

@@ -39,7 +39,10 @@ func (h *HotRestarter) init() { h.once.Do(func() { h.done = make(chan struct{}) 
 func (h *HotRestarter) NeedLeaderElection() bool { return true }
 
 // Start restores the listeners, then releases the reconcilers. Per-cluster failures are logged;
-// those clusters get a new port from their reconciler's error path.
+// the reconcilers meet them again and report them in the GoofyClusters' conditions: a port held
+// by another workload cluster (PortNotHeld), a port another process listens on
+// (PortUnavailable: retried until it is free, as the endpoint cannot move), state that cannot be
+// read (StateUnreadable).
 func (h *HotRestarter) Start(ctx context.Context) error {
 	h.init()
 	defer close(h.done)

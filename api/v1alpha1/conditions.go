@@ -68,6 +68,10 @@ const (
 	// one outside the manager's --listener-port-range. The cluster is not served on it, and the
 	// holder keeps it.
 	PortNotHeldReason = "PortNotHeld"
+	// PortUnavailableReason: the workload cluster's own port cannot be bound (another process
+	// listens on it). The endpoint cannot move (CAPI's Cluster.spec.controlPlaneEndpoint is
+	// immutable once set), so binding it is retried, with backoff, until it is free.
+	PortUnavailableReason = "PortUnavailable"
 	// NotMachineInfrastructureReason: the GoofyMachine is not the one its Machine's
 	// spec.infrastructureRef names (a copy or a decoy): it provisions and releases nothing.
 	NotMachineInfrastructureReason = "NotMachineInfrastructure"

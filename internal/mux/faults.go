@@ -216,7 +216,8 @@ func orAll(list []string) string {
 }
 
 // SetFaults replaces the cluster's injected faults (nil: none). Unreachable stops serving at once
-// (open connections are closed); clearing it serves again if the cluster has an API server.
+// (open connections are closed); clearing it serves again if the cluster has an API server, and
+// when that fails (ErrPortUnavailable) every later call without it tries again.
 func (l *WorkloadClusterListener) SetFaults(ctx context.Context, f *Faults) error {
 	var stop bool
 	var err error
@@ -228,9 +229,11 @@ func (l *WorkloadClusterListener) SetFaults(ctx context.Context, f *Faults) erro
 	switch {
 	case unreachable && !l.unreachable:
 		l.unreachable, stop = true, l.srv != nil
-	case !unreachable && l.unreachable:
+	case !unreachable:
 		l.unreachable = false
-		if l.srv == nil && len(l.apiServers) > 0 {
+		// Serving again once reachable; also when an earlier start failed (ErrPortUnavailable:
+		// another process took the port while the cluster was unreachable), each call tries again.
+		if l.srv == nil && len(l.apiServers) > 0 && !l.retired {
 			err = l.startLocked()
 		}
 	}

@@ -76,6 +76,9 @@ type WorkloadClusterListener struct {
 	// faultsSet are all the faults set (SetFaults), unreachable holds serving off.
 	faultsSet   *Faults
 	unreachable bool
+	// retired: the listener is stopped for good (its workload cluster deleted, the mux shut
+	// down); SetFaults does not start it again.
+	retired bool
 
 	// Serving state: set while at least one API server is registered and the cluster is not
 	// unreachable.
@@ -292,7 +295,7 @@ func (l *WorkloadClusterListener) hasEtcdMember(podName string) bool {
 func (l *WorkloadClusterListener) startLocked() error {
 	ln, err := net.Listen("tcp", net.JoinHostPort(l.mux.bindAddress, strconv.Itoa(l.port)))
 	if err != nil {
-		return fmt.Errorf("listening on port %d for %s: %w", l.port, l.name, err)
+		return fmt.Errorf("%w: port %d of %s: %w", ErrPortUnavailable, l.port, l.name, err)
 	}
 	pf, err := portforward.NewHandler(portforward.Options{
 		FindPod: l.findPod,
@@ -342,6 +345,15 @@ func (l *WorkloadClusterListener) startLocked() error {
 	listenersOpen.Inc()
 	l.mux.log.V(1).Info("Serving workload cluster", "cluster", l.name, "address", l.HostPort())
 	return nil
+}
+
+// retire stops the listener for good (see retired), waiting for in-flight requests until ctx
+// ends. l.lifecycle is held.
+func (l *WorkloadClusterListener) retire(ctx context.Context) {
+	l.mu.Lock()
+	l.retired = true
+	l.mu.Unlock()
+	l.stop(ctx)
 }
 
 // stop stops serving (if serving), waiting for in-flight requests until ctx ends.

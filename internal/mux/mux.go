@@ -37,6 +37,12 @@ const (
 // ErrPortRangeExhausted is returned when every port of the range is in use or not bindable.
 var ErrPortRangeExhausted = errors.New("no free port left in the listener port range")
 
+// ErrPortUnavailable is returned when a workload cluster's own port cannot be bound: another
+// process listens on it (one that took it while the manager was down, or while the cluster was
+// unreachable). The port stays the cluster's, as its endpoint cannot move (CAPI's
+// spec.controlPlaneEndpoint is immutable once set): the caller tries again later.
+var ErrPortUnavailable = errors.New("listener port cannot be bound")
+
 // ClusterKey names a workload cluster in the mux and the store: "<namespace>/<cluster name>".
 func ClusterKey(namespace, clusterName string) string { return namespace + "/" + clusterName }
 
@@ -211,6 +217,7 @@ func (m *WorkloadClustersMux) initListenerLocked(wclName string, port int, owner
 	}
 	var err error
 	if !mine {
+		m.forgetEarlierOwnerLocked(wclName, owner)
 		if rec, ok := m.records[wclName]; ok && port == 0 {
 			port = rec.Port // the cluster's own port, from before a restart
 		}
@@ -227,7 +234,9 @@ func (m *WorkloadClustersMux) initListenerLocked(wclName string, port int, owner
 	if err == nil {
 		var ok bool
 		if cluster, ok = m.manager.GetCluster(wclName); !ok {
-			if cluster, err = m.manager.AddCluster(wclName, m.clusterOpts); err != nil {
+			opts := m.clusterOpts
+			opts.Owner = owner // state on disk of another UID is not this cluster's (store's identity.go)
+			if cluster, err = m.manager.AddCluster(wclName, opts); err != nil {
 				err = fmt.Errorf("creating the store of workload cluster %s: %w", wclName, err)
 			}
 		}
@@ -266,7 +275,7 @@ func (m *WorkloadClustersMux) allocatePortLocked() (int, error) {
 		if _, recorded := m.recorded[p]; recorded {
 			continue // another workload cluster's, from before a restart
 		}
-		if bindable(m.bindAddress, p) {
+		if bindError(m.bindAddress, p) == nil {
 			return p, nil
 		}
 	}
@@ -281,20 +290,20 @@ func (m *WorkloadClustersMux) reservePortLocked(port int) error {
 		m.log.V(2).Info("Port is taken", "port", port, "by", owner)
 		return fmt.Errorf("%w: port %d is held by another workload cluster", ErrPortNotHeld, port)
 	}
-	if !bindable(m.bindAddress, port) {
-		return fmt.Errorf("port %d is not bindable on %s", port, m.bindAddress)
+	if err := bindError(m.bindAddress, port); err != nil {
+		return fmt.Errorf("%w: port %d: %w", ErrPortUnavailable, port, err)
 	}
 	return nil
 }
 
-// bindable checks that nothing else listens on the port.
-func bindable(addr string, port int) bool {
+// bindError says why the port cannot be bound (nothing else may listen on it); nil when it can.
+func bindError(addr string, port int) error {
 	ln, err := net.Listen("tcp", net.JoinHostPort(addr, strconv.Itoa(port)))
 	if err != nil {
-		return false
+		return err
 	}
 	_ = ln.Close()
-	return true
+	return nil
 }
 
 // Listener returns the listener of a workload cluster.
@@ -370,7 +379,7 @@ func (m *WorkloadClustersMux) DeleteWorkloadClusterListener(wclName string) erro
 	m.mu.Unlock()
 	if ok {
 		l.lifecycle.Lock()
-		l.stop(context.Background())
+		l.retire(context.Background())
 		l.lifecycle.Unlock()
 	}
 	return m.manager.DeleteCluster(wclName)
@@ -431,6 +440,7 @@ func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) err
 	verdicts := make([]error, len(claims))
 	m.mu.Lock()
 	for i, c := range claims {
+		m.forgetEarlierOwnerLocked(c.key, c.gc.UID)
 		verdicts[i] = m.mayHoldLocked(c.key, c.port)
 		if verdicts[i] == nil && len(byPort[c.port]) > 1 {
 			if _, ok := m.records[c.key]; !ok {
@@ -573,6 +583,42 @@ func (m *WorkloadClustersMux) mayHoldLocked(wclName string, port int) error {
 	return nil
 }
 
+// forgetEarlierOwnerLocked forgets the port record of a workload cluster whose state is recorded
+// for another UID than owner, which claims it: that state, record included, belongs to an earlier
+// workload cluster of the same name (its GoofyCluster deleted while the process was down), and
+// is deleted when owner's store is created (store.ClusterOptions.Owner). Its port does not bind
+// owner's claim, and other clusters may have it once nothing holds it. No owner, a listener (its
+// claim was judged), or state without an owner's record: nothing is forgotten.
+func (m *WorkloadClustersMux) forgetEarlierOwnerLocked(wclName string, owner types.UID) {
+	if owner == "" {
+		return
+	}
+	if _, listening := m.listeners[wclName]; listening {
+		return
+	}
+	rec, recorded := m.records[wclName]
+	if !recorded {
+		return
+	}
+	prev, ok := m.manager.ClusterOwner(wclName)
+	if !ok || prev == owner {
+		return
+	}
+	m.log.Info("Forgot the port record of an earlier workload cluster of the same name, whose state is deleted",
+		"cluster", wclName, "port", rec.Port, "previousOwner", prev, "owner", owner)
+	m.dropRecordLocked(wclName)
+}
+
+// CheckWorkloadClusterState reports why the workload cluster's state on disk could not be loaded
+// for owner (store.ErrStateUnreadable), without creating its store or taking a port; nil when it
+// can be, when there is none, or when its store exists (store.Manager.CheckState).
+func (m *WorkloadClustersMux) CheckWorkloadClusterState(wclName string, owner types.UID) error {
+	if err := m.manager.CheckState(wclName, owner); err != nil {
+		return fmt.Errorf("the state of workload cluster %s: %w", wclName, err)
+	}
+	return nil
+}
+
 // PortHolder says which workload cluster holds port, and for which UID (empty when unowned): its
 // listener, its reservation, or its record from before a restart.
 func (m *WorkloadClustersMux) PortHolder(port int) (wclName string, owner types.UID, held bool) {
@@ -704,7 +750,7 @@ func (m *WorkloadClustersMux) Shutdown(ctx context.Context) error {
 			defer wg.Done()
 			l.lifecycle.Lock()
 			defer l.lifecycle.Unlock()
-			l.stop(ctx)
+			l.retire(ctx)
 		}()
 	}
 	wg.Wait()
@@ -781,6 +827,8 @@ func (m *WorkloadClustersMux) TransferWorkloadClusterListener(wclName string, fr
 	m.owners[wclName] = to
 	if l, ok := m.listeners[wclName]; ok {
 		m.recordLocked(wclName, l.port, to) // queued; the next claim by to waits for it
+		// The state goes with the workload cluster, kept: it is to's now (store's identity.go).
+		m.manager.SetClusterOwner(wclName, to)
 	}
 	return true
 }
@@ -848,6 +896,7 @@ func (m *WorkloadClustersMux) ReserveWorkloadClusterPort(wclName string, owner t
 	}
 	var port int
 	var err error
+	m.forgetEarlierOwnerLocked(wclName, owner)
 	if rec, ok := m.records[wclName]; ok {
 		// The workload cluster held a port before a restart: it gets that one back.
 		port = rec.Port

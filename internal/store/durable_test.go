@@ -181,17 +181,11 @@ func TestUnreadableStateFailsOnlyItsCluster(t *testing.T) {
 		mustCreate(t, c, configMap("default", "x", nil))
 	}
 	closeDB()
-	// Tear one stored object, as a bad disk block or a bug would.
-	raw, err := bolt.Open(dir+"/"+storage.FileName, 0o600, nil)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(raw.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte("ns/bad")).Put([]byte("/configmaps/default/x"), []byte("p\xff\xff"))
-	})).To(Succeed())
-	g.Expect(raw.Close()).To(Succeed())
+	tearConfigMap(t, dir, "ns/bad", "default/x")
 
 	m, closeDB = durableManager(t, dir)
 	defer closeDB()
-	_, err = m.AddCluster("ns/bad", ClusterOptions{})
+	_, err := m.AddCluster("ns/bad", ClusterOptions{})
 	g.Expect(err).To(MatchError(ContainSubstring("decoding /configmaps/default/x")))
 	_, loaded := m.GetCluster("ns/bad")
 	g.Expect(loaded).To(BeFalse(), "never a silently empty cluster")
@@ -282,4 +276,20 @@ func TestFailedCommitUndoesWhatTheClusterDerived(t *testing.T) {
 		_, err := c.Create(widgetsGVR, "default", widget("w", map[string]any{}), CreateOptions{})
 		return err
 	}).Should(Succeed())
+}
+
+// tearConfigMap overwrites the stored ConfigMap key of cluster bucket in the state file in dir
+// with bytes that do not decode, as a bad disk block or a bug would. The state must be closed.
+func tearConfigMap(t *testing.T, dir, bucket, key string) {
+	t.Helper()
+	raw, err := bolt.Open(dir+"/"+storage.FileName, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if err := raw.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte(bucket)).Put([]byte("/configmaps/"+key), []byte("p\xff\xff"))
+	}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
@@ -30,6 +31,10 @@ type ClusterOptions struct {
 	// PodStopDelay is how long the simulated kubelet takes to stop a gracefully deleted pod's
 	// containers (never longer than the pod's grace period); 0 means DefaultPodStopDelay.
 	PodStopDelay time.Duration
+	// Owner is the UID of the object the cluster's state belongs to (its GoofyCluster): state on
+	// disk recorded for another UID is not this cluster's and is deleted (see identity.go). Empty:
+	// the state of that name is taken as it is, whoever it was recorded for.
+	Owner types.UID
 }
 
 // DefaultPodStopDelay: containers that exit promptly on SIGTERM, as most do.
@@ -52,6 +57,12 @@ type Manager struct {
 	clusters map[string]*Cluster
 	db       *storage.DB // nil: memory only
 	sim      Simulator   // nil: nothing runs in the clusters besides the store's own reactions
+	// owners is the recorded owner of each cluster's state (identity.go), read from disk on first
+	// use; nil until then.
+	owners map[string]types.UID
+	// checked holds what CheckState found in the state of clusters not loaded: nil (readable) or
+	// why not. Forgotten when the cluster is added or its state deleted.
+	checked map[string]error
 }
 
 // Simulator starts the simulated components of a workload cluster (package simulate): they
@@ -85,17 +96,27 @@ func NewManager(opts ...ManagerOption) *Manager {
 // Durable reports whether the manager keeps state on disk.
 func (m *Manager) Durable() bool { return m.db != nil }
 
-// AddCluster creates the store of a workload cluster: from its state on disk when there is one,
-// else with the default namespaces (default, kube-public, kube-system, kube-node-lease). It fails
-// with AlreadyExists, or with the reason the state on disk cannot be read.
+// AddCluster creates the store of a workload cluster: from its state on disk when there is one
+// that belongs to opts.Owner (or to no recorded owner), else with the default namespaces
+// (default, kube-public, kube-system, kube-node-lease); state recorded for another owner is
+// deleted first. It fails with AlreadyExists, or with the reason the state on disk cannot be read.
 func (m *Manager) AddCluster(name string, opts ClusterOptions) (*Cluster, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.clusters[name]; ok {
 		return nil, apierrors.NewAlreadyExists(schema.GroupResource{Resource: "clusters"}, name)
 	}
+	if err := m.claimStateLocked(name, opts.Owner); err != nil {
+		return nil, err
+	}
 	c, err := newCluster(name, opts, m.db)
 	if err != nil {
+		m.noteCheckedLocked(name, err)
+		return nil, err
+	}
+	delete(m.checked, name)
+	if err := m.recordOwnerLocked(name, opts.Owner); err != nil {
+		c.close()
 		return nil, err
 	}
 	m.clusters[name] = c
@@ -129,13 +150,28 @@ func (m *Manager) DeleteCluster(name string) error {
 }
 
 func (m *Manager) dropState(name string) error {
+	m.mu.Lock()
+	wait := m.queueDropLocked(name)
+	m.mu.Unlock()
+	return wait() // outside the lock: deletions of many clusters share one commit
+}
+
+// queueDropLocked queues the deletion of the cluster's state on disk, with its records, and
+// forgets what is known of it; it returns the wait for the deletion. Callers hold m.mu: queued
+// under it, the deletion keeps its order with AddCluster's writes.
+func (m *Manager) queueDropLocked(name string) (wait func() error) {
+	delete(m.checked, name)
+	delete(m.owners, name)
 	if m.db == nil {
+		return func() error { return nil }
+	}
+	c := m.db.DropBucket(name)
+	return func() error {
+		if err := c.Wait(); err != nil {
+			return fmt.Errorf("deleting the state of workload cluster %s: %w", name, err)
+		}
 		return nil
 	}
-	if err := m.db.DropBucket(name).Wait(); err != nil {
-		return fmt.Errorf("deleting the state of workload cluster %s: %w", name, err)
-	}
-	return nil
 }
 
 // DeleteStateExcept deletes the state on disk of every cluster not named in keep and not loaded:
