@@ -176,6 +176,7 @@ func (o *Objects) OldestCovered(gr schema.GroupResource) uint64 { return o.hist.
 // object versions alive and needs no timer.
 func (o *Objects) ExpireEvents(now int64) (time.Time, bool) {
 	o.hist.expire(now)
+	o.settle() // nor does the log of unsettled changes keep the last writes' objects alive
 	return o.NextExpiry()
 }
 

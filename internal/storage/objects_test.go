@@ -173,3 +173,24 @@ func TestEncodingCacheStaysBounded(t *testing.T) {
 	g.Expect(o.Encoding(configMaps, "default/fresh", obj, "json")).To(BeNil())
 	g.Expect(o.Encoding(configMaps, "default/fresh", next, "json")).To(BeNil())
 }
+
+// TestIdleClusterKeepsNoUnsettledChanges: once an idle cluster's events expire, the log of changes
+// not yet seen on disk keeps none of its last writes' object versions alive either.
+func TestIdleClusterKeepsNoUnsettledChanges(t *testing.T) {
+	g := NewWithT(t)
+	db, err := Open(t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer db.Close()
+	o := NewObjects("c", testHistory, db)
+	_, err = o.Load(decodeConfigMaps)
+	g.Expect(err).NotTo(HaveOccurred())
+	first := cm("a", "1")
+	o.Put(configMaps, first, nil)
+	o.Put(configMaps, cm("a", "2"), first)
+	g.Expect(o.LastCommit().Wait()).To(Succeed())
+	g.Expect(o.unsettled).NotTo(BeEmpty(), "settled at the next write or expiry")
+
+	_, pending := o.ExpireEvents(time.Now().Add(time.Hour).UnixNano())
+	g.Expect(pending).To(BeFalse())
+	g.Expect(o.unsettled).To(BeEmpty())
+}
