@@ -17,32 +17,52 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+// controlPlaneRole is kubeadm's label and taint key of control-plane nodes.
+const controlPlaneRole = "node-role.kubernetes.io/control-plane"
+
 // budgetedWorkload is a Deployment of two replicas under a PodDisruptionBudget of minAvailable 1
 // in a workload cluster, and a watch on the Deployment that records the fewest ready replicas
 // seen: CAPI's drain evicts its pods through pods/eviction, which refuses (429) while the budget
 // allows no disruption, and the ReplicaSet re-creates them on the nodes that stay.
 type budgetedWorkload struct {
-	cs       *kubernetes.Clientset
-	minReady atomic.Int32
-	stop     context.CancelFunc
-	done     chan struct{}
+	cs        *kubernetes.Clientset
+	placement workloadPlacement
+	// podsBefore are the pods' names before the drain: the ones after must all be new.
+	podsBefore []string
+	minReady   atomic.Int32
+	stop       context.CancelFunc
+	done       chan struct{}
 }
 
 const budgetedName = "budgeted"
 
-func startBudgetedWorkload(ctx context.Context, t *testing.T, g Gomega, cs *kubernetes.Clientset) *budgetedWorkload {
+// workloadPlacement says where the budgeted workload's pods may run.
+type workloadPlacement int
+
+const (
+	// onWorkers: wherever the scheduler puts them (the control-plane nodes' taint keeps them off
+	// those).
+	onWorkers workloadPlacement = iota
+	// onControlPlane: only on control-plane nodes (a nodeSelector on kubeadm's role label, and a
+	// toleration of its NoSchedule taint), so that a KCP rollout's drain is what moves them.
+	onControlPlane
+)
+
+func startBudgetedWorkload(ctx context.Context, t *testing.T, g Gomega, cs *kubernetes.Clientset, placement workloadPlacement) *budgetedWorkload {
 	t.Helper()
 	labels := map[string]string{"app": budgetedName}
+	podSpec := corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10",
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}}}}}
+	if placement == onControlPlane {
+		podSpec.NodeSelector = map[string]string{controlPlaneRole: ""}
+		podSpec.Tolerations = []corev1.Toleration{{Key: controlPlaneRole, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	}
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: budgetedName, Namespace: metav1.NamespaceDefault},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](2),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10",
-					Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}}}}},
-			},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: podSpec},
 		},
 	}
 	_, err := cs.AppsV1().Deployments(dep.Namespace).Create(ctx, dep, metav1.CreateOptions{})
@@ -64,9 +84,15 @@ func startBudgetedWorkload(ctx context.Context, t *testing.T, g Gomega, cs *kube
 		rv = d.ResourceVersion
 	}, time.Minute, 200*time.Millisecond).Should(Succeed())
 
+	pods, err := cs.CoreV1().Pods(dep.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=" + budgetedName})
+	g.Expect(err).NotTo(HaveOccurred())
+	var before []string
+	for _, p := range pods.Items {
+		before = append(before, p.Name)
+	}
 	w, err := cs.AppsV1().Deployments(dep.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + dep.Name, ResourceVersion: rv})
 	g.Expect(err).NotTo(HaveOccurred())
-	b := &budgetedWorkload{cs: cs, done: make(chan struct{})}
+	b := &budgetedWorkload{cs: cs, placement: placement, podsBefore: before, done: make(chan struct{})}
 	b.minReady.Store(2)
 	wctx, cancel := context.WithCancel(ctx)
 	b.stop = cancel
@@ -108,8 +134,14 @@ func (b *budgetedWorkload) check(ctx context.Context, g Gomega) {
 				continue
 			}
 			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), p.Name)
-			_, err := b.cs.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
+			node, err := b.cs.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{})
 			g.Expect(err).NotTo(HaveOccurred(), "%s runs on %s", p.Name, p.Spec.NodeName)
+			if b.placement == onControlPlane {
+				g.Expect(node.Labels).To(HaveKey(controlPlaneRole), "%s runs on %s", p.Name, p.Spec.NodeName)
+				// The only control-plane node before the rollout is gone: every pod was evicted
+				// and re-created.
+				g.Expect(b.podsBefore).NotTo(ContainElement(p.Name), "%s was not moved by the drain", p.Name)
+			}
 			running++
 		}
 		g.Expect(running).To(Equal(2))

@@ -234,7 +234,7 @@ func TestScale(t *testing.T) {
 	}
 	scaleMD(5)
 	probes := startDrainProbes(ctx, t, g, "qs")
-	budgeted := startBudgetedWorkload(ctx, t, g, probes.cs)
+	budgeted := startBudgetedWorkload(ctx, t, g, probes.cs, onWorkers)
 	scaleMD(1)
 	probes.check(ctx, g)
 	budgeted.check(ctx, g)
@@ -336,11 +336,16 @@ func (p *drainProbes) check(ctx context.Context, g Gomega) {
 }
 
 // 3. Upgrade: KCP and the MachineDeployment rolled from v1.35 to v1.36; KCP updates kubeadm-config,
-// kube-proxy and (with a new imageTag) CoreDNS in the workload cluster.
+// kube-proxy and (with a new imageTag) CoreDNS in the workload cluster. KCP's rollout drains the
+// old control-plane node: pods under a PodDisruptionBudget move to the new one without the budget
+// ever broken.
 func TestUpgrade(t *testing.T) {
 	ctx, g := begin(t, 15*time.Minute)
 	ensureCluster(ctx, t, g, "upg", map[string]string{"KUBERNETES_VERSION": upgradeFrom, "CONTROL_PLANE_MACHINE_COUNT": "1", "WORKER_MACHINE_COUNT": "1"})
 	waitFor(ctx, t, g, "upg", 3*time.Minute, "a healthy control plane", all(controlPlaneHealthy(1), workersRunning(1)))
+	// Two replicas under a budget of minAvailable 1 on the only control-plane node: KCP's rollout
+	// replaces that node, and the drain must move them one at a time.
+	budgeted := startBudgetedWorkload(ctx, t, g, workloadREST(ctx, g, "upg"), onControlPlane)
 
 	kcp := &controlplanev1.KubeadmControlPlane{}
 	g.Expect(plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "upg-control-plane"}, kcp)).To(Succeed())
@@ -367,6 +372,7 @@ func TestUpgrade(t *testing.T) {
 		return true
 	}
 	waitFor(ctx, t, g, "upg", 10*time.Minute, "the rollout to "+upgradeTo, all(harness.Available, upgraded, controlPlaneHealthy(1), workersRunning(1)))
+	budgeted.check(ctx, g)
 
 	wl, err := plane.WorkloadClient(ctx, ns, "upg")
 	g.Expect(err).NotTo(HaveOccurred())
