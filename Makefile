@@ -178,6 +178,16 @@ bench: ## Scale scenario through real CAPI on a fresh management plane per provi
 		-batch $(BATCH) -batch-interval $(BATCH_INTERVAL) -providers "$(PROVIDERS)" -timeout $(BENCH_TIMEOUT) -profile $(PROFILE) \
 		$(if $(QPS),-qps $(QPS)) $(if $(BURST),-burst $(BURST)) $(if $(CONCURRENCY),-concurrency $(CONCURRENCY)) $(if $(FAULTS),-faults $(FAULTS)) $(if $(SHARDS),-shards $(SHARDS))
 
+# Knobs of `make soak` (SOAK_FLAGS for the rest: go run ./test/bench/cmd/soak -h).
+SOAK_CLUSTERS ?= 100
+SOAK_DURATION ?= 2h
+SOAK_RESTART_EVERY ?= 30m
+SOAK_FLAGS ?=
+
+.PHONY: soak
+soak: ## Long run through real CAPI: SOAK_CLUSTERS clusters for SOAK_DURATION with churn (MachineDeployments scaled, faults on and off, ConfigMaps written), a SIGKILL of the manager every SOAK_RESTART_EVERY in the second half; samples every minute into out/soak/ (CSV, PNG); fails on growth within a segment or a lost ConfigMap.
+	go run ./test/bench/cmd/soak -clusters $(SOAK_CLUSTERS) -duration $(SOAK_DURATION) -restart-every $(SOAK_RESTART_EVERY) $(SOAK_FLAGS)
+
 .PHONY: bench-mux
 bench-mux: ## Mux-only scale benchmark: 1,000 clusters x (3 control-plane + 3 workers) in one process under CAPI-like load (PODS=30: that many running pods per node; SETTLE=310: memory again once the watch history expired).
 	GOOFY_BENCH_PODS=$(PODS) GOOFY_BENCH_SETTLE_SECONDS=$(SETTLE) go test -run '^$$' -bench BenchmarkMuxScale -benchtime 1x -timeout 30m ./internal/mux/
