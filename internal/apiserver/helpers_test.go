@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
 
@@ -39,7 +40,9 @@ func newTestEnv(t testing.TB, opts Options) *testEnv {
 
 func newTestEnvWith(t testing.TB, opts Options, copts store.ClusterOptions) *testEnv {
 	t.Helper()
-	m := store.NewManager()
+	// The components that run in every cluster (workloads off): pods' graceful deletion is
+	// confirmed, namespaces finish, dependents are collected.
+	m := store.NewManager(store.WithSimulator(simulate.New(simulate.Options{})))
 	copts.KubernetesVersion = testVersion
 	c, err := m.AddCluster("test", copts)
 	if err != nil {

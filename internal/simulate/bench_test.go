@@ -105,3 +105,78 @@ func waitRunning(b *testing.B, cl client.Client, want int) {
 	}
 	b.Fatalf("fewer than %d pods ready after 2 minutes", want)
 }
+
+// BenchmarkWorkloadsOffClusters: clusters with workloads off as Goofy's machine controller fills
+// them (kubeadm's objects, 3 control-plane Nodes with their static pods), until CoreDNS and
+// kube-proxy report their rollouts; it reports the time per cluster and the heap each idle
+// cluster holds (store objects and the simulated components' state), memory only.
+func BenchmarkWorkloadsOffClusters(b *testing.B) {
+	const clusters, nodes = 50, 3
+	ctx := context.Background()
+	for range b.N {
+		b.StopTimer()
+		m := store.NewManager(store.WithSimulator(simulate.New(simulate.Options{})))
+		runtime.GC()
+		var before runtime.MemStats
+		runtime.ReadMemStats(&before)
+		b.StartTimer()
+		for i := range clusters {
+			name := fmt.Sprintf("off-%d", i)
+			c, err := m.AddCluster(name, store.ClusterOptions{KubernetesVersion: "v1.36.3"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			cl := c.Client(store.WithoutManagedFields(), store.WithoutSyncWait())
+			for _, obj := range workload.ClusterObjects(workload.ClusterSpec{ClusterName: name, KubernetesVersion: "v1.36.3", ControlPlaneEndpoint: "127.0.0.1:6443", PodSubnet: "192.168.0.0/16"}) {
+				if err := cl.Create(ctx, obj); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for n := range nodes {
+				node := fmt.Sprintf("cp-%d", n)
+				ip := fmt.Sprintf("10.0.0.%d", n+1)
+				if err := cl.Create(ctx, workload.Node(workload.NodeSpec{Name: node, KubeletVersion: "v1.36.3", InternalIP: ip, ControlPlane: true, Ready: true}, metav1.Now())); err != nil {
+					b.Fatal(err)
+				}
+				for _, component := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+					if err := cl.Create(ctx, workload.StaticPod(component, node, "v1.36.3", ip, metav1.Now())); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		}
+		for _, name := range m.ClusterNames() {
+			c, _ := m.GetCluster(name)
+			waitRolledOut(b, c.Client(), nodes)
+		}
+		b.StopTimer()
+		runtime.GC()
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/clusters, "heap-B/cluster")
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(clusters*(b.N)), "ns/cluster")
+		for _, name := range m.ClusterNames() {
+			_ = m.DeleteCluster(name)
+		}
+	}
+}
+
+// waitRolledOut waits until CoreDNS and kube-proxy report their rollouts.
+func waitRolledOut(b *testing.B, cl client.Client, nodes int32) {
+	b.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		dns, proxy := &appsv1.Deployment{}, &appsv1.DaemonSet{}
+		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: "kube-system", Name: "coredns"}, dns); err != nil {
+			b.Fatal(err)
+		}
+		if err := cl.Get(context.Background(), client.ObjectKey{Namespace: "kube-system", Name: "kube-proxy"}, proxy); err != nil {
+			b.Fatal(err)
+		}
+		if dns.Status.ObservedGeneration == dns.Generation && dns.Status.AvailableReplicas > 0 && proxy.Status.NumberAvailable == nodes {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	b.Fatal("CoreDNS and kube-proxy did not report their rollouts within a minute")
+}

@@ -26,6 +26,8 @@ func newClusterRoleAggregation(c *cluster, idx int) *clusterRoleAggregation {
 	return &clusterRoleAggregation{c: c, idx: idx}
 }
 
+func (a *clusterRoleAggregation) uncached() {}
+
 func (a *clusterRoleAggregation) resources() []schema.GroupResource {
 	return []schema.GroupResource{clusterRolesGR}
 }

@@ -44,13 +44,13 @@ type env struct {
 // newEnv starts a cluster; db, when set, keeps its state (for restarts).
 func newEnv(t *testing.T, db *storage.DB) *env {
 	t.Helper()
-	sim := simulate.New(simulate.Options{Workloads: true, PodStartDelay: 200 * time.Millisecond, JobRunTime: 300 * time.Millisecond})
+	sim := simulate.New(simulate.Options{Workloads: true, PodStartDelay: 200 * time.Millisecond, JobRunTime: 300 * time.Millisecond, PodStopDelay: 100 * time.Millisecond})
 	opts := []store.ManagerOption{store.WithSimulator(sim)}
 	if db != nil {
 		opts = append(opts, store.WithStorage(db))
 	}
 	m := store.NewManager(opts...)
-	c, err := m.AddCluster("test", store.ClusterOptions{KubernetesVersion: testVersion, PodStopDelay: 100 * time.Millisecond})
+	c, err := m.AddCluster("test", store.ClusterOptions{KubernetesVersion: testVersion})
 	if err != nil {
 		t.Fatal(err)
 	}

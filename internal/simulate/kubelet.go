@@ -24,7 +24,7 @@ import (
 // turns ready after its initialDelaySeconds. While a node is not Ready its pods are not ready
 // (kube-controller-manager's node lifecycle controller marks them so); when it is Ready again
 // they are. Static pods are the machine controller's (package workload), and a pod's graceful
-// deletion is still confirmed by the store (internal/store/kubelet.go).
+// deletion is confirmed by podTermination (podtermination.go), which runs with workloads off too.
 type kubelet struct {
 	c   *cluster
 	idx int

@@ -24,7 +24,13 @@ type Options struct {
 	PodStartDelay time.Duration
 	// JobRunTime is how long a Job's pod runs before its containers exit 0.
 	JobRunTime time.Duration
+	// PodStopDelay is how long a kubelet takes to stop a gracefully deleted pod's containers
+	// (never longer than the pod's grace period), in every cluster, workloads on or off.
+	PodStopDelay time.Duration
 }
+
+// DefaultPodStopDelay: containers that exit promptly on SIGTERM, as most do.
+const DefaultPodStopDelay = time.Second
 
 // DefaultJobRunTime: a short batch task.
 const DefaultJobRunTime = 5 * time.Second
@@ -41,6 +47,8 @@ type Simulator struct {
 	opts Options
 	// busy bounds how many clusters reconcile at once, process-wide.
 	busy chan struct{}
+	// podGCQuarantine: see podGCQuarantine (tests shorten it).
+	podGCQuarantine time.Duration
 
 	mu       sync.Mutex
 	clusters map[string]*cluster
@@ -67,11 +75,16 @@ func New(opts Options) *Simulator {
 	if opts.JobRunTime <= 0 {
 		opts.JobRunTime = DefaultJobRunTime
 	}
+	if opts.PodStopDelay <= 0 {
+		opts.PodStopDelay = DefaultPodStopDelay
+	}
 	return &Simulator{
-		opts:       opts,
-		busy:       make(chan struct{}, 2*runtime.GOMAXPROCS(0)),
-		clusters:   map[string]*cluster{},
-		perCluster: map[string]ClusterOptions{},
+		opts: opts,
+		busy: make(chan struct{}, 2*runtime.GOMAXPROCS(0)),
+
+		podGCQuarantine: podGCQuarantine,
+		clusters:        map[string]*cluster{},
+		perCluster:      map[string]ClusterOptions{},
 	}
 }
 
@@ -168,12 +181,26 @@ type controller interface {
 	sync(ctx context.Context, key string) error
 }
 
+// uncached is a controller that reads the cluster through its client, never through the shared
+// cache: the kinds only such controllers watch are not cached (a workloads-off cluster caches
+// nothing).
+type uncached interface{ uncached() }
+
+// stopper is a controller with something of its own to end when the cluster's components stop.
+type stopper interface{ stop() }
+
+// everyKind is a controller that observes every kind of the cluster (store.Cluster.InformAll),
+// those CRDs define later too; its resources() are nil.
+type everyKind interface{ allResources() }
+
 // cluster is the running components of one workload cluster.
 type cluster struct {
 	sim    *Simulator
 	store  *store.Cluster
 	client client.Client
-	cache  *cache
+	cache  *cache // nil when no controller reads it
+	// cached are the kinds the cache keeps: those watched by a controller that reads the cache.
+	cached map[schema.GroupResource]bool
 
 	// optsMu guards opts' timings, which Configure changes while the controllers run.
 	optsMu sync.RWMutex
@@ -199,42 +226,66 @@ type item struct {
 
 func (c *cluster) start(opts Options) {
 	c.opts = opts
-	workloads := opts.Workloads
 	c.client = c.store.Client(store.WithoutManagedFields(), store.WithoutSyncWait())
-	c.cache = newCache()
 	c.queued = map[item]bool{}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.store.SetInstantRollouts(!workloads)
-	// What runs in every cluster, workloads or not; then the workload controllers.
-	c.controllers = []controller{newClusterRoleAggregation(c, 0)}
-	if workloads {
-		c.controllers = append(c.controllers,
-			newNodeIPAM(c, 1),
-			newScheduler(c, 2),
-			newKubelet(c, 3),
-			newReplicaSetController(c, 4),
-			newDeploymentController(c, 5),
-			newDaemonSetController(c, 6),
-			newDisruptionController(c, 7),
-			newNodeLifecycle(c, 8),
-			newJobController(c, 9),
-			newEndpointsController(c, 10),
-			newStatefulSetController(c, 11),
-			newReplicationControllerController(c, 12),
-			newCronJobController(c, 13),
-		)
+	// What runs in every cluster, workloads or not (each controller's index is its place in
+	// c.controllers); then the workload controllers, or, without them, the instant rollouts.
+	add := func(newController func(c *cluster, idx int) controller) {
+		c.controllers = append(c.controllers, newController(c, len(c.controllers)))
+	}
+	add(func(c *cluster, i int) controller { return newClusterRoleAggregation(c, i) })
+	add(func(c *cluster, i int) controller { return newGarbageCollector(c, i) })
+	add(func(c *cluster, i int) controller { return newNamespaceController(c, i) })
+	add(func(c *cluster, i int) controller { return newNodeLeases(c, i) })
+	add(func(c *cluster, i int) controller { return newPodGC(c, i) })
+	add(func(c *cluster, i int) controller { return newPodTermination(c, i) })
+	if !opts.Workloads {
+		add(func(c *cluster, i int) controller { return newInstantRollouts(c, i) })
+	} else {
+		add(func(c *cluster, i int) controller { return newNodeIPAM(c, i) })
+		add(func(c *cluster, i int) controller { return newScheduler(c, i) })
+		add(func(c *cluster, i int) controller { return newKubelet(c, i) })
+		add(func(c *cluster, i int) controller { return newReplicaSetController(c, i) })
+		add(func(c *cluster, i int) controller { return newDeploymentController(c, i) })
+		add(func(c *cluster, i int) controller { return newDaemonSetController(c, i) })
+		add(func(c *cluster, i int) controller { return newDisruptionController(c, i) })
+		add(func(c *cluster, i int) controller { return newNodeLifecycle(c, i) })
+		add(func(c *cluster, i int) controller { return newJobController(c, i) })
+		add(func(c *cluster, i int) controller { return newEndpointsController(c, i) })
+		add(func(c *cluster, i int) controller { return newStatefulSetController(c, i) })
+		add(func(c *cluster, i int) controller { return newReplicationControllerController(c, i) })
+		add(func(c *cluster, i int) controller { return newCronJobController(c, i) })
 	}
 	seen := map[schema.GroupResource]bool{}
 	var resources []schema.GroupResource
+	all := false
 	for _, ctrl := range c.controllers {
+		if _, ok := ctrl.(everyKind); ok {
+			all = true
+		}
+		_, own := ctrl.(uncached)
 		for _, gr := range ctrl.resources() {
+			if !own {
+				if c.cached == nil {
+					c.cached = map[schema.GroupResource]bool{}
+				}
+				c.cached[gr] = true
+			}
 			if !seen[gr] {
 				seen[gr] = true
 				resources = append(resources, gr)
 			}
 		}
 	}
-	c.stopInform = c.store.Inform(resources, c.observe)
+	if c.cached != nil {
+		c.cache = newCache()
+	}
+	if all {
+		c.stopInform = c.store.InformAll(resources, c.observe)
+	} else {
+		c.stopInform = c.store.Inform(resources, c.observe)
+	}
 }
 
 // setTimings changes the pod start delay and job run time of a running cluster.
@@ -261,8 +312,14 @@ func (c *cluster) jobRunTime() time.Duration {
 // observe keeps the cache and hands the change to the controllers that watch its kind. The store
 // calls it under its lock.
 func (c *cluster) observe(ch store.Change) {
-	c.cache.apply(ch)
+	if c.cached[ch.Resource] {
+		c.cache.apply(ch)
+	}
 	for _, ctrl := range c.controllers {
+		if _, ok := ctrl.(everyKind); ok {
+			ctrl.observe(ch)
+			continue
+		}
 		for _, gr := range ctrl.resources() {
 			if gr == ch.Resource {
 				ctrl.observe(ch)
@@ -282,6 +339,11 @@ func (c *cluster) stop() {
 	c.mu.Unlock()
 	if c.cancel != nil {
 		c.cancel()
+	}
+	for _, ctrl := range c.controllers {
+		if s, ok := ctrl.(stopper); ok {
+			s.stop()
+		}
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
@@ -32,33 +31,21 @@ type Cluster struct {
 	objs    *storage.Objects // the objects, their resourceVersions, history and disk copy
 	// custom is the resources CRDs define in this cluster (customresources.go).
 	custom atomic.Pointer[customKinds]
-	leases nodeLeases // the simulated kubelets' node leases (nodelease.go)
-	// deps indexes dependents by owner UID for garbage collection; nil until an object has owners.
-	deps     map[types.UID]map[objRef]struct{}
-	watchers map[*Watcher]struct{} // nil while nobody watches
+	// readHooks run before reads of their resources (readhook.go); nil while there are none.
+	readHooks atomic.Pointer[[]*readHook]
+	watchers  map[*Watcher]struct{} // nil while nobody watches
 	// rvWaiters are reads waiting for a resourceVersion the cluster has not reached (fresh.go).
 	rvWaiters []rvWaiter
 	// informers receive every committed change of their resources (inform.go); nil when none.
 	informers []*informer
 	// stopSimulator ends the simulated components attached by the manager's Simulator; nil when none.
 	stopSimulator func()
-	// instantRollouts: Deployments and DaemonSets report their rollouts at once (rollouts.go),
-	// unless a simulator runs their controllers.
-	instantRollouts bool
 	// expiry fires when the oldest event outlives the history's ttl, so an idle cluster does not keep
 	// old object versions alive; nil while the history is empty (no cost when idle for long).
 	expiry *time.Timer
 	closed bool
-	// podStopDelay: see ClusterOptions.PodStopDelay.
-	podStopDelay time.Duration
 	// quota bounds the size of the stored objects (0: none).
 	quota int64
-}
-
-// objRef locates a stored object.
-type objRef struct {
-	gr  schema.GroupResource
-	key string
 }
 
 // defaultNamespaces are created in every new cluster, as a real control plane does.
@@ -85,13 +72,6 @@ func newCluster(name string, opts ClusterOptions, db *storage.DB) (*Cluster, err
 		version: opts.KubernetesVersion,
 		objs:    storage.NewObjects(name, storage.HistoryOptions{Limit: limit, TTL: ttl, MaxBytes: maxBytes}, db),
 		quota:   opts.StorageQuota,
-
-		instantRollouts: true,
-
-		podStopDelay: opts.PodStopDelay,
-	}
-	if c.podStopDelay <= 0 {
-		c.podStopDelay = DefaultPodStopDelay
 	}
 	if c.quota == 0 {
 		c.quota = DefaultStorageQuota
@@ -107,7 +87,6 @@ func newCluster(name string, opts ClusterOptions, db *storage.DB) (*Cluster, err
 	}
 	if loaded {
 		c.loadCustomKindsLocked()
-		c.ensureNodeLeasesLocked()
 		return c, nil
 	}
 	b, _ := behaviorFor(namespacesGVR)
@@ -229,7 +208,7 @@ func (c *Cluster) Get(gvr schema.GroupVersionResource, namespace, name string) (
 	if namespace, err = b.requestNamespace(namespace); err != nil {
 		return nil, err
 	}
-	c.renewNodeLeases(gvr.GroupResource(), namespace)
+	c.beforeRead(gvr.GroupResource(), namespace)
 	c.mu.RLock()
 	obj := c.getLocked(gvr.GroupResource(), storage.Key(namespace, name))
 	commit := c.objs.LastCommit()
@@ -280,24 +259,19 @@ func (c *Cluster) expireHistory() {
 }
 
 // storeLocked commits obj as the new version of an object (old: the version it replaces, nil for
-// a new object): a fresh resourceVersion, the disk and the watch history (storage), the owner
-// index, the watchers. The simulated control plane then reacts to the change.
+// a new object): a fresh resourceVersion, the disk and the watch history (storage), the
+// watchers and informers. The registry then serves what a CRD change defines.
 func (c *Cluster) storeLocked(gr schema.GroupResource, obj, old client.Object) {
 	e := c.objs.Put(gr, obj, old)
-	if old != nil {
-		c.unindexOwners(gr, e.Key, old)
-	}
-	c.indexOwners(gr, e.Key, obj)
 	c.emitted(e)
 	c.informLocked(gr, old, obj)
 	c.reactLocked(gr, old, obj)
 }
 
 // eraseLocked commits the removal of old (last is a private copy of its final state, which the
-// watch event carries). The simulated control plane then reacts to it.
+// watch event carries).
 func (c *Cluster) eraseLocked(gr schema.GroupResource, old, last client.Object) {
 	e := c.objs.Delete(gr, old, last)
-	c.unindexOwners(gr, e.Key, old)
 	c.emitted(e)
 	c.informLocked(gr, old, nil)
 	c.reactLocked(gr, old, nil)

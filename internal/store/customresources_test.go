@@ -2,7 +2,6 @@ package store
 
 import (
 	"testing"
-	"time"
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
@@ -246,7 +245,7 @@ func TestCustomResourcesSurviveRestart(t *testing.T) {
 
 	m, closeDB = durableManager(t, dir)
 	defer closeDB()
-	c, err = m.AddCluster("ns/c", ClusterOptions{PodStopDelay: time.Millisecond})
+	c, err = m.AddCluster("ns/c", ClusterOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	w := getWidget(t, c, widgetsGVR, "w")
 	g.Expect(w.Object["spec"]).To(HaveKeyWithValue("size", int64(7)))

@@ -5,7 +5,6 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -51,8 +50,8 @@ func (c *Cluster) settled(commit storage.Commit) bool {
 }
 
 // rollBack undoes the changes whose commit failed (storage.Objects.Rollback) and what the cluster
-// derived from them: the owner index, the served custom resources, and the informers' view (they
-// get the reverse changes, newest first). Timers the simulated components armed for an undone
+// derived from them: the served custom resources, and the informers' view (they get the reverse
+// changes, newest first). Timers the simulated components armed for an undone
 // change look at the stored state when they fire.
 func (c *Cluster) rollBack() {
 	c.mu.Lock()
@@ -61,11 +60,9 @@ func (c *Cluster) rollBack() {
 		var undone, restored client.Object // the change's result, and what is stored again
 		if e.Type != watch.Deleted {
 			undone = e.Obj
-			c.unindexOwners(e.GR, e.Key, e.Obj)
 		}
 		if e.Old != nil {
 			restored = e.Old
-			c.indexOwners(e.GR, e.Key, e.Old)
 		}
 		if e.GR == crdsGR { // what is served follows the CRD stored again (and nothing else reacts)
 			if restored == nil {
@@ -107,23 +104,9 @@ func decodeStored(gr schema.GroupResource, value []byte) (schema.GroupResource, 
 	return b.storedAs.info.GVR.GroupResource(), stored, nil
 }
 
-// loadLocked restores the cluster's objects from disk and reports whether there were any, then
-// rebuilds what is derived from them: the owner index, and the simulated kubelet's confirmation
-// of pods that were terminating when the process stopped. Callers hold c.mu.
+// loadLocked restores the cluster's objects from disk and reports whether there were any. (The
+// simulated components rebuild their own work, such as confirming pods that were terminating or
+// collecting dependents whose owners went, from the objects Inform hands them.) Callers hold c.mu.
 func (c *Cluster) loadLocked() (bool, error) {
-	found, err := c.objs.Load(decodeStored)
-	if err != nil {
-		return false, err
-	}
-	for gr, m := range c.objs.All() {
-		for key, obj := range m {
-			c.indexOwners(gr, key, obj)
-			if pod, ok := obj.(*corev1.Pod); ok && pod.DeletionTimestamp != nil {
-				if p := pod.DeletionGracePeriodSeconds; p != nil && *p > 0 {
-					c.scheduleKubeletStop(pod, *p)
-				}
-			}
-		}
-	}
-	return found, nil
+	return c.objs.Load(decodeStored)
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"strconv"
 	"testing"
-	"time"
 
 	. "github.com/onsi/gomega"
 	bolt "go.etcd.io/bbolt"
@@ -13,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/utils/ptr"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
@@ -192,29 +190,6 @@ func TestUnreadableStateFailsOnlyItsCluster(t *testing.T) {
 	c, err := m.AddCluster("ns/good", ClusterOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(exists(c, configMap("default", "x", nil))).To(BeTrue())
-}
-
-func TestTerminatingPodIsConfirmedAfterRestart(t *testing.T) {
-	g := NewWithT(t)
-	dir := t.TempDir()
-	m, closeDB := durableManager(t, dir)
-	opts := ClusterOptions{PodStopDelay: time.Hour} // the kubelet of this life never confirms
-	c, err := m.AddCluster("ns/a", opts)
-	g.Expect(err).NotTo(HaveOccurred())
-	p := pod("default", "p", nil)
-	p.Spec.NodeName = "n1"
-	p.Spec.TerminationGracePeriodSeconds = ptr.To(int64(30))
-	mustCreate(t, c, p)
-	_, err = c.Delete(podsGVR, "default", "p", DeleteOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(mustGet(t, c, p).GetDeletionTimestamp()).NotTo(BeNil())
-	closeDB()
-
-	m, closeDB = durableManager(t, dir)
-	defer closeDB()
-	c, err = m.AddCluster("ns/a", ClusterOptions{PodStopDelay: 10 * time.Millisecond})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Eventually(func() bool { return exists(c, p) }, safetyTimeout).Should(BeFalse())
 }
 
 // TestWritesAfterDeleteAreRefused: a deleted cluster's store, still held by a client (a simulator,

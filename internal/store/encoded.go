@@ -43,7 +43,7 @@ func (c *Cluster) GetEncoded(gvr schema.GroupVersionResource, namespace, name, f
 		return nil, err
 	}
 	gr, key := gvr.GroupResource(), storage.Key(namespace, name)
-	c.renewNodeLeases(gr, namespace)
+	c.beforeRead(gr, namespace)
 	c.mu.RLock()
 	obj := c.getLocked(gr, key)
 	var data []byte

@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -19,6 +20,7 @@ var (
 	secretsGVR     = corev1.SchemeGroupVersion.WithResource("secrets")
 	nodesGVR       = corev1.SchemeGroupVersion.WithResource("nodes")
 	deploymentsGVR = appsv1.SchemeGroupVersion.WithResource("deployments")
+	leasesGVR      = coordinationv1.SchemeGroupVersion.WithResource("leases")
 )
 
 // newCluster returns a fresh cluster store (with the default namespaces).

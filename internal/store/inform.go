@@ -1,6 +1,9 @@
 package store
 
 import (
+	"cmp"
+	"slices"
+
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -24,6 +27,7 @@ type ChangeHandler func(Change)
 // informer is one Inform registration.
 type informer struct {
 	resources map[schema.GroupResource]bool
+	all       bool // every resource (InformAll)
 	handle    ChangeHandler
 }
 
@@ -36,15 +40,38 @@ func (c *Cluster) Inform(resources []schema.GroupResource, h ChangeHandler) (sto
 	for _, gr := range resources {
 		inf.resources[gr] = true
 	}
+	return c.inform(inf, resources)
+}
+
+// InformAll is Inform for every resource the cluster stores, built in or defined by CRDs, those
+// a CRD defines later too (as the garbage collector follows every kind through discovery). The
+// current objects of the resources in first come first, in that order, then the others'.
+func (c *Cluster) InformAll(first []schema.GroupResource, h ChangeHandler) (stop func()) {
+	return c.inform(&informer{all: true, handle: h}, first)
+}
+
+func (c *Cluster) inform(inf *informer, resources []schema.GroupResource) (stop func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return func() {}
 	}
+	if inf.all {
+		var rest []schema.GroupResource
+		for gr := range c.objs.All() {
+			if !slices.Contains(resources, gr) {
+				rest = append(rest, gr)
+			}
+		}
+		slices.SortFunc(rest, func(a, b schema.GroupResource) int {
+			return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Resource, b.Resource))
+		})
+		resources = append(slices.Clone(resources), rest...)
+	}
 	for _, gr := range resources {
 		m := c.objs.Resource(gr)
 		for _, key := range storage.Keys(m, "") {
-			h(Change{Resource: gr, New: m[key]})
+			inf.handle(Change{Resource: gr, New: m[key]})
 		}
 	}
 	c.informers = append(c.informers, inf)
@@ -66,7 +93,7 @@ func (c *Cluster) Inform(resources []schema.GroupResource, h ChangeHandler) (sto
 // informLocked passes a committed change to the informers of its resource. Callers hold c.mu.
 func (c *Cluster) informLocked(gr schema.GroupResource, old, obj client.Object) {
 	for _, inf := range c.informers {
-		if inf.resources[gr] {
+		if inf.all || inf.resources[gr] {
 			inf.handle(Change{Resource: gr, Old: old, New: obj})
 		}
 	}

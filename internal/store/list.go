@@ -182,7 +182,7 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 	if err := validateListOptions(opts, false); err != nil {
 		return nil, err
 	}
-	c.renewNodeLeases(gvr.GroupResource(), namespace)
+	c.beforeRead(gvr.GroupResource(), namespace)
 	sel, err := b.selectors(opts)
 	if err != nil {
 		return nil, err

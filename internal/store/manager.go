@@ -28,17 +28,11 @@ type ClusterOptions struct {
 	// StorageQuota bounds the size of the cluster's objects: writes beyond it answer as
 	// kube-apiserver does when etcd's quota is exhausted. 0 means DefaultStorageQuota; negative: none.
 	StorageQuota int64
-	// PodStopDelay is how long the simulated kubelet takes to stop a gracefully deleted pod's
-	// containers (never longer than the pod's grace period); 0 means DefaultPodStopDelay.
-	PodStopDelay time.Duration
 	// Owner is the UID of the object the cluster's state belongs to (its GoofyCluster): state on
 	// disk recorded for another UID is not this cluster's and is deleted (see identity.go). Empty:
 	// the state of that name is taken as it is, whoever it was recorded for.
 	Owner types.UID
 }
-
-// DefaultPodStopDelay: containers that exit promptly on SIGTERM, as most do.
-const DefaultPodStopDelay = time.Second
 
 // DefaultEventHistory is the per-cluster number of retained events when ClusterOptions leaves it 0.
 const DefaultEventHistory = 4096

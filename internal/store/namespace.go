@@ -1,21 +1,23 @@
 package store
 
 import (
+	"errors"
 	"fmt"
-	"strings"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
 
-// The namespace controller's part, and NamespaceLifecycle admission: a terminating namespace
-// refuses new content, its content is deleted, and it is removed once empty.
+// The namespace REST's part, and NamespaceLifecycle admission: a terminating namespace refuses
+// new content. Its content is deleted, and its kubernetes finalizer removed once it is empty, by
+// the namespace controller (package simulate).
 
 // immortalNamespaces cannot be deleted, as the real NamespaceLifecycle admission enforces.
 var immortalNamespaces = map[string]bool{metav1.NamespaceDefault: true, metav1.NamespaceSystem: true, metav1.NamespacePublic: true}
@@ -39,66 +41,84 @@ func (c *Cluster) checkNamespaceOpen(namespace string) error {
 	return nil
 }
 
-// deleteNamespaceLocked marks the namespace Terminating, deletes its content and finishes the
-// namespace once the content is gone, as the namespace controller does.
-func (c *Cluster) deleteNamespaceLocked(b *servedResource, cur client.Object) client.Object {
-	next := terminating(cur)
-	c.storeLocked(b.info.GVR.GroupResource(), next, cur)
-	for gr, m := range c.objs.All() {
-		db, ok := c.resourceForGR(gr)
-		if !ok || !db.info.Namespaced {
-			continue
+// deleteNamespaceLocked is upstream's namespace REST delete: the first delete marks the namespace
+// Terminating (deletionTimestamp now, status.phase Terminating) and sets its orphan and
+// foregroundDeletion finalizers as the propagation policy asks; while spec.finalizers is not
+// empty (the namespace controller, package simulate, empties the namespace and then removes its
+// kubernetes finalizer through namespaces/finalize, which removes the namespace) it stays, and a
+// delete of a Terminating namespace answers 409. Without spec.finalizers it is deleted as any
+// object. Callers hold c.mu.
+func (c *Cluster) deleteNamespaceLocked(b *servedResource, cur client.Object, options *metav1.DeleteOptions) (client.Object, error) {
+	gr := b.info.GVR.GroupResource()
+	if cur.GetDeletionTimestamp() == nil {
+		next := terminating(cur)
+		orphan := hasFinalizer(cur, metav1.FinalizerOrphanDependents)
+		foreground := hasFinalizer(cur, metav1.FinalizerDeleteDependents)
+		if p := options.PropagationPolicy; p != nil {
+			orphan, foreground = *p == metav1.DeletePropagationOrphan, *p == metav1.DeletePropagationForeground
 		}
-		for _, key := range storage.Keys(m, next.Name) {
-			if obj := c.getLocked(gr, key); obj != nil {
-				c.controllerDeleteLocked(db, obj, metav1.DeletePropagationBackground, nil)
-			}
+		fins := slices.DeleteFunc(slices.Clone(next.Finalizers), func(f string) bool {
+			return f == metav1.FinalizerOrphanDependents || f == metav1.FinalizerDeleteDependents
+		})
+		if orphan {
+			fins = append(fins, metav1.FinalizerOrphanDependents)
 		}
+		if foreground {
+			fins = append(fins, metav1.FinalizerDeleteDependents)
+		}
+		next.Finalizers = fins
+		c.storeLocked(gr, next, cur)
+		if len(next.Spec.Finalizers) > 0 {
+			return next, nil
+		}
+		cur = next
 	}
-	c.finishNamespace(next.Name)
-	if out := c.getLocked(b.info.GVR.GroupResource(), next.Name); out != nil {
-		return out
+	if len(cur.(*corev1.Namespace).Spec.Finalizers) > 0 {
+		return nil, apierrors.NewConflict(gr, cur.GetName(), errors.New("The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system."))
 	}
-	return next
+	return c.deleteObjectLocked(b, cur, options)
 }
 
 // terminating is what a namespace's delete makes of it, as upstream's namespace REST does:
 // deletionTimestamp now, phase Terminating.
 func terminating(cur client.Object) *corev1.Namespace {
-	next := markDeleting(cur).(*corev1.Namespace)
-	next.SetDeletionGracePeriodSeconds(nil)
+	next := cur.DeepCopyObject().(*corev1.Namespace)
+	t := now()
+	next.SetDeletionTimestamp(&t)
 	next.Status.Phase = corev1.NamespaceTerminating
 	return next
 }
 
-// finishNamespace removes a terminating namespace once nothing is left in it.
-func (c *Cluster) finishNamespace(name string) {
-	gr := namespacesGVR.GroupResource()
-	obj := c.getLocked(gr, name)
-	if obj == nil || obj.GetDeletionTimestamp() == nil {
-		return
+// prepareFinalize is namespaces/finalize, as upstream's finalize REST: only spec.finalizers
+// change (the namespace controller removes its kubernetes finalizer there), each a qualified name.
+func prepareFinalize(cur, in client.Object) (client.Object, bool, error) {
+	ns, ok := in.(*corev1.Namespace)
+	if !ok {
+		return nil, false, apierrors.NewBadRequest("not a Namespace")
 	}
-	prefix := name + "/"
-	for _, m := range c.objs.All() {
-		for key := range m {
-			if strings.HasPrefix(key, prefix) {
-				return
-			}
-		}
+	if rv := ns.ResourceVersion; rv != "" && rv != cur.GetResourceVersion() {
+		return nil, false, conflict(namespacesGVR.GroupResource(), cur.GetName())
 	}
-	next := obj.DeepCopyObject().(*corev1.Namespace)
-	var fins []corev1.FinalizerName
-	for _, f := range next.Spec.Finalizers {
-		if f != corev1.FinalizerKubernetes {
-			fins = append(fins, f)
-		}
+	var errs field.ErrorList
+	for i, f := range ns.Spec.Finalizers {
+		errs = append(errs, apivalidation.ValidateFinalizerName(string(f), field.NewPath("spec", "finalizers").Index(i))...)
 	}
-	next.Spec.Finalizers = fins
-	if len(fins) == 0 && len(next.Finalizers) == 0 {
-		c.eraseLocked(gr, obj, next)
-		return
+	if len(errs) > 0 {
+		return nil, false, apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Namespace").GroupKind(), cur.GetName(), errs)
 	}
-	if !equality.Semantic.DeepEqual(next, obj) {
-		c.storeLocked(gr, next, obj)
-	}
+	next := cur.DeepCopyObject().(*corev1.Namespace)
+	next.Spec.Finalizers = slices.Clone(ns.Spec.Finalizers)
+	return next, !equality.Semantic.DeepEqual(next, cur), nil
 }
+
+// finalizersHold reports whether finalizers keep a deleting object: its own, and a namespace's
+// spec.finalizers.
+func finalizersHold(obj client.Object) bool {
+	if len(obj.GetFinalizers()) > 0 {
+		return true
+	}
+	ns, ok := obj.(*corev1.Namespace)
+	return ok && len(ns.Spec.Finalizers) > 0
+}
+
+func hasFinalizer(obj client.Object, f string) bool { return slices.Contains(obj.GetFinalizers(), f) }

@@ -129,7 +129,7 @@ func (c *Cluster) watch(gvr schema.GroupVersionResource, namespace string, opts 
 	if err := validateListOptions(opts, true); err != nil {
 		return nil, commit, err
 	}
-	c.renewNodeLeases(gvr.GroupResource(), namespace)
+	c.beforeRead(gvr.GroupResource(), namespace)
 	sel, err := b.selectors(opts)
 	if err != nil {
 		return nil, commit, err

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -227,7 +229,13 @@ func (c *Cluster) Update(gvr schema.GroupVersionResource, namespace string, obj 
 			}
 			return func() (client.Object, error) { return c.commitCreateLocked(b, obj, generated, opts.DryRun) }, nil
 		}
-		next, changed, err := b.prepareUpdate(cur, in.DeepCopyObject().(client.Object), opts.Subresource, managed)
+		prepare := b.prepareUpdate
+		if opts.Subresource == "finalize" {
+			prepare = func(cur, in client.Object, _ string, _ managedFieldsFunc) (client.Object, bool, error) {
+				return prepareFinalize(cur, in)
+			}
+		}
+		next, changed, err := prepare(cur, in.DeepCopyObject().(client.Object), opts.Subresource, managed)
 		if err != nil {
 			return nil, err
 		}
@@ -292,6 +300,10 @@ func (b *servedResource) checkSubresource(sub string) error {
 		if b.status != nil {
 			return nil
 		}
+	case "finalize":
+		if b.info.GVR == namespacesGVR {
+			return nil
+		}
 	}
 	return apierrors.NewNotFound(schema.GroupResource{Group: b.info.GVR.Group, Resource: b.info.GVR.Resource + "/" + sub}, "")
 }
@@ -348,9 +360,9 @@ func (c *Cluster) commitUpdateLocked(b *servedResource, cur, next client.Object,
 	if dryRun {
 		return next, nil
 	}
-	if next.GetDeletionTimestamp() != nil && len(next.GetFinalizers()) == 0 && ptr.Deref(next.GetDeletionGracePeriodSeconds(), 0) == 0 {
+	if next.GetDeletionTimestamp() != nil && !finalizersHold(next) && ptr.Deref(next.GetDeletionGracePeriodSeconds(), 0) == 0 {
 		// The last finalizer of a deleting object is gone: it is removed now (a terminating pod
-		// still waits for its kubelet).
+		// still waits for its kubelet), as upstream's ShouldDeleteDuringUpdate.
 		c.eraseLocked(b.info.GVR.GroupResource(), cur, next)
 		return next, nil
 	}
@@ -427,8 +439,8 @@ func dryRunDelete(b *servedResource, cur client.Object, options *metav1.DeleteOp
 	return next, nil
 }
 
-// controllerDeleteLocked is the simulated control plane's delete of cur (garbage collector, namespace
-// controller, pod garbage collector, kubelet): no preconditions, so it cannot fail.
+// controllerDeleteLocked is the registry's own delete of cur (a CRD's objects when the CRD goes):
+// no preconditions, so it cannot fail.
 func (c *Cluster) controllerDeleteLocked(b *servedResource, cur client.Object, policy metav1.DeletionPropagation, gracePeriod *int64) client.Object {
 	out, err := c.deleteLocked(b, cur, &metav1.DeleteOptions{PropagationPolicy: &policy, GracePeriodSeconds: gracePeriod})
 	if err != nil {
@@ -437,58 +449,51 @@ func (c *Cluster) controllerDeleteLocked(b *servedResource, cur client.Object, p
 	return out
 }
 
-// deleteLocked starts or completes the deletion of cur as kube-apiserver's generic
-// registry does, and returns its resulting state. rest.BeforeDelete checks the options and the
-// preconditions and decides graceful deletion with the kind's strategy: a pod on a node stays,
-// terminating, until its kubelet has stopped it, and a second delete may only shorten its grace
-// period. Finalizers hold an object with a deletionTimestamp; without them it is removed, and
-// its dependents are garbage collected per the propagation policy.
+// deleteLocked starts or completes the deletion of cur as kube-apiserver's registry does, and
+// returns its resulting state: namespaces and CRDs by their own REST, everything else by the
+// generic registry's delete (deleteObjectLocked).
 func (c *Cluster) deleteLocked(b *servedResource, cur client.Object, options *metav1.DeleteOptions) (client.Object, error) {
+	switch gr := b.info.GVR.GroupResource(); {
+	case b.info.GVR == namespacesGVR:
+		return c.deleteNamespaceLocked(b, cur, options)
+	case gr == crdsGR && cur.GetDeletionTimestamp() == nil:
+		return c.deleteCustomResourceDefinitionLocked(cur), nil
+	}
+	return c.deleteObjectLocked(b, cur, options)
+}
+
+// deleteObjectLocked is the generic registry's delete, as k8s.io/apiserver's Store.Delete:
+// rest.BeforeDelete checks the options and the preconditions and decides graceful deletion with
+// the kind's strategy (a pod on a node stays, terminating, until its kubelet has stopped it, and
+// a second delete may only shorten its grace period); the propagation policy sets the orphan or
+// foregroundDeletion finalizer, which the garbage collector (package simulate) acts on and
+// removes; finalizers hold an object with a deletionTimestamp; without them it is removed, and
+// the garbage collector deletes its dependents in the background.
+func (c *Cluster) deleteObjectLocked(b *servedResource, cur client.Object, options *metav1.DeleteOptions) (client.Object, error) {
 	gr := b.info.GVR.GroupResource()
 	next := cur.DeepCopyObject().(client.Object)
 	graceful, pending, err := rest.BeforeDelete(b.strategy, context.Background(), next, options)
 	if err != nil {
 		return nil, err
 	}
+	if pending {
+		return cur, nil // graceful deletion already under way
+	}
 	if graceful {
 		t := next.GetDeletionTimestamp().Rfc3339Copy() // the precision it has once serialized
 		next.SetDeletionTimestamp(&t)
 	}
-	period := ptr.Deref(next.GetDeletionGracePeriodSeconds(), 0)
-	switch {
-	case pending:
-		return cur, nil // graceful deletion already under way
-	case cur.GetDeletionTimestamp() != nil:
-		// Already being deleted: finalizers decide when it goes.
-		if graceful && (period > 0 || len(next.GetFinalizers()) > 0) {
-			c.storeLocked(gr, next, cur)
-			return next, nil
-		}
-		if !graceful && len(cur.GetFinalizers()) > 0 {
-			return cur, nil
-		}
-		c.eraseLocked(gr, cur, next)
-		return next, nil
-	case b.info.GVR == namespacesGVR:
-		return c.deleteNamespaceLocked(b, cur), nil
-	case gr == crdsGR:
-		return c.deleteCustomResourceDefinitionLocked(cur), nil
-	}
-	switch ptr.Deref(options.PropagationPolicy, metav1.DeletePropagationBackground) {
-	case metav1.DeletePropagationOrphan:
-		c.orphanDependents(cur)
-	case metav1.DeletePropagationForeground:
-		if len(c.deps[cur.GetUID()]) > 0 {
-			return c.deleteForegroundLocked(b, cur), nil
-		}
+	if update, finalizers := b.gcFinalizers(next, options); update {
+		next.SetFinalizers(finalizers)
 	}
 	switch {
-	case graceful && period > 0:
-		c.storeLocked(gr, next, cur) // its kubelet stops it (kubelet.go)
+	case graceful && (ptr.Deref(next.GetDeletionGracePeriodSeconds(), 0) > 0 || len(next.GetFinalizers()) > 0):
+		c.storeLocked(gr, next, cur) // its kubelet stops it (package simulate), or finalizers hold it
 		return next, nil
-	case len(cur.GetFinalizers()) > 0:
-		if !graceful { // a graceful delete with period 0 is already marked
-			next = markDeleting(cur)
+	case !graceful && len(next.GetFinalizers()) > 0:
+		next = markDeleting(next)
+		if equality.Semantic.DeepEqual(next, cur) {
+			return cur, nil // deleted again: nothing changes
 		}
 		c.storeLocked(gr, next, cur)
 		return next, nil
@@ -497,37 +502,64 @@ func (c *Cluster) deleteLocked(b *servedResource, cur client.Object, options *me
 	return next, nil
 }
 
-// deleteForegroundLocked keeps the owner, marked with the foregroundDeletion finalizer, until its
-// blocking dependents are gone, and deletes them.
-func (c *Cluster) deleteForegroundLocked(b *servedResource, cur client.Object) client.Object {
-	gr := b.info.GVR.GroupResource()
-	next := markDeleting(cur)
-	next.SetFinalizers(append(next.GetFinalizers(), metav1.FinalizerDeleteDependents))
-	c.storeLocked(gr, next, cur)
-	for ref := range c.deps[cur.GetUID()] {
-		if dep := c.getLocked(ref.gr, ref.key); dep != nil {
-			db, _ := c.resourceForGR(ref.gr)
-			c.controllerDeleteLocked(db, dep, metav1.DeletePropagationForeground, nil)
+// gcFinalizers is the registry's deletionFinalizersForGarbageCollection: the orphan and
+// foregroundDeletion finalizers obj gets from the options' propagation policy (or keeps, without
+// one), unless the kind's strategy does not support garbage collection. It reports whether they
+// change.
+func (b *servedResource) gcFinalizers(obj client.Object, options *metav1.DeleteOptions) (bool, []string) {
+	policy := rest.DeleteDependents
+	if s, ok := b.strategy.(rest.GarbageCollectionDeleteStrategy); ok {
+		policy = s.DefaultGarbageCollectionPolicy(context.Background())
+	}
+	if policy == rest.Unsupported {
+		return false, obj.GetFinalizers()
+	}
+	orphan, foreground := policy == rest.OrphanDependents, false
+	for _, f := range obj.GetFinalizers() {
+		if f == metav1.FinalizerOrphanDependents {
+			orphan, foreground = true, false
+			break
+		}
+		if f == metav1.FinalizerDeleteDependents {
+			orphan, foreground = false, true
+			break
 		}
 	}
-	c.finishForeground(b, next.GetNamespace(), next.GetName())
-	if out := c.getLocked(gr, storage.Key(next.GetNamespace(), next.GetName())); out != nil {
-		return out
+	switch {
+	case options.OrphanDependents != nil:
+		orphan, foreground = *options.OrphanDependents, false
+	case options.PropagationPolicy != nil:
+		orphan = *options.PropagationPolicy == metav1.DeletePropagationOrphan
+		foreground = *options.PropagationPolicy == metav1.DeletePropagationForeground
 	}
-	return next
+	out := slices.DeleteFunc(slices.Clone(obj.GetFinalizers()), func(f string) bool {
+		return f == metav1.FinalizerOrphanDependents || f == metav1.FinalizerDeleteDependents
+	})
+	if orphan {
+		out = append(out, metav1.FinalizerOrphanDependents)
+	}
+	if foreground {
+		out = append(out, metav1.FinalizerDeleteDependents)
+	}
+	if sets.New(out...).Equal(sets.New(obj.GetFinalizers()...)) {
+		return false, obj.GetFinalizers()
+	}
+	return true, out
 }
 
-// markDeleting returns a copy of cur held by finalizers: deletionTimestamp now, grace period 0,
-// and the generation bumped for kinds that have one, as upstream's markAsDeleting does.
+// markDeleting returns a copy of cur held by finalizers, as upstream's markAsDeleting: a
+// deletionTimestamp of now (an earlier one stays), grace period 0, and the generation bumped for
+// kinds that have one when the deletion starts.
 func markDeleting(cur client.Object) client.Object {
 	next := cur.DeepCopyObject().(client.Object)
-	t := now()
-	next.SetDeletionTimestamp(&t)
-	var zero int64
-	next.SetDeletionGracePeriodSeconds(&zero)
-	if next.GetGeneration() > 0 {
+	if next.GetDeletionTimestamp() == nil && next.GetGeneration() > 0 {
 		next.SetGeneration(next.GetGeneration() + 1)
 	}
+	if t := now(); next.GetDeletionTimestamp() == nil || next.GetDeletionTimestamp().After(t.Time) {
+		next.SetDeletionTimestamp(&t)
+	}
+	var zero int64
+	next.SetDeletionGracePeriodSeconds(&zero)
 	return next
 }
 

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
@@ -36,7 +37,8 @@ type Goofy struct {
 // stateDir ("" keeps it in memory only).
 func StartGoofy(port int, stateDir string, seed []client.Object, log logr.Logger) (*Goofy, error) {
 	store.WarmUp() // as main.go: the SSA schema is built before the first request
-	var opts []store.ManagerOption
+	// As main.go with its default flags: the simulated components run in the cluster, workloads on.
+	opts := []store.ManagerOption{store.WithSimulator(simulate.New(simulate.Options{Workloads: true}))}
 	g := &Goofy{}
 	if stateDir != "" {
 		db, err := storage.Open(stateDir)

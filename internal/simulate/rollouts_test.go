@@ -1,4 +1,4 @@
-package store
+package simulate_test
 
 import (
 	"testing"
@@ -8,7 +8,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
+
+// Instant rollouts (rollouts.go), in a cluster with workloads off.
 
 func podTemplate(image string) corev1.PodTemplateSpec {
 	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "x"}},
@@ -30,7 +34,7 @@ func TestDeploymentRolloutIsReported(t *testing.T) {
 	g.Expect(got.Status.Conditions).To(ContainElement(HaveField("Type", appsv1.DeploymentAvailable)))
 
 	got.Spec.Template.Spec.Containers[0].Image = "coredns:v2"
-	_, err := c.Update(deploymentsGVR, "kube-system", got, UpdateOptions{})
+	_, err := c.Update(deploymentsGVR, "kube-system", got, store.UpdateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(func() int64 { return mustGet(t, c, d).(*appsv1.Deployment).Status.ObservedGeneration }, safetyTimeout).
 		Should(BeEquivalentTo(2), "the new generation rolled out")
@@ -49,7 +53,7 @@ func TestDaemonSetRolloutFollowsNodes(t *testing.T) {
 	g.Expect(status().ObservedGeneration).To(BeEquivalentTo(1))
 	mustCreate(t, c, readyNode("n2", corev1.ConditionTrue))
 	g.Eventually(func() int32 { return status().UpdatedNumberScheduled }, safetyTimeout).Should(BeEquivalentTo(2))
-	_, err := c.Delete(nodesGVR, "", "n1", DeleteOptions{})
+	_, err := c.Delete(nodesGVR, "", "n1", store.DeleteOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(func() int32 { return status().DesiredNumberScheduled }, safetyTimeout).Should(BeEquivalentTo(1))
 }

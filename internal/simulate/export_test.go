@@ -1,0 +1,22 @@
+package simulate
+
+import "time"
+
+// Hooks for the package's external tests.
+
+// SetPodGCQuarantine shortens the pod garbage collector's quarantine of unknown nodes for the
+// clusters started afterwards.
+func (s *Simulator) SetPodGCQuarantine(d time.Duration) { s.podGCQuarantine = d }
+
+// ForgetLeaseRenewal makes the next read of a cluster's node leases renew them, as if the last
+// renewal pass were long ago.
+func (s *Simulator) ForgetLeaseRenewal(cluster string) {
+	s.mu.Lock()
+	cl := s.clusters[cluster]
+	s.mu.Unlock()
+	for _, ctrl := range cl.controllers {
+		if nl, ok := ctrl.(*nodeLeases); ok {
+			nl.renewedAt.Store(0)
+		}
+	}
+}
