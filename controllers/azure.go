@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"sort"
 	"strings"
@@ -17,8 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
@@ -65,7 +62,7 @@ type azureCluster struct {
 	cloud     *azure.Cloud
 	listedAt  time.Time
 	instances []metadata.InstanceMetadata
-	claims    map[string]string // lower-cased provider ID -> machine name
+	claims    map[string]string // lower-cased provider ID -> GoofyMachine UID
 }
 
 // errAzureNotAllowed: the GoofyCluster may not use the identity or the cloud it names. Nothing
@@ -264,99 +261,4 @@ func (a *AzureClouds) release(key, machine string) {
 			delete(c.claims, id)
 		}
 	}
-}
-
-// reconcileAzureCluster reports the load balancer endpoint and the failure domains (zones) of an
-// Azure-backed GoofyCluster.
-func (r *GoofyClusterReconciler) reconcileAzureCluster(ctx context.Context, key string, gc *infrav1.GoofyCluster) error {
-	if r.Azure == nil {
-		return fmt.Errorf("the Azure backend is not enabled in this manager")
-	}
-	c, err := r.Azure.cluster(ctx, r.Client, key, gc)
-	if err != nil {
-		return err
-	}
-	host, port, err := c.cloud.GetLoadBalancerEndpoint(ctx)
-	if err != nil {
-		return fmt.Errorf("finding the cluster's load balancer: %w", err)
-	}
-	p, err := net.LookupPort("tcp", port)
-	if err != nil {
-		return fmt.Errorf("load balancer port %q: %w", port, err)
-	}
-	gc.Status.LoadBalancerEndpoint = &clusterv1.APIEndpoint{Host: host, Port: int32(p)}
-	instances, err := r.Azure.list(ctx, c)
-	if err != nil {
-		return fmt.Errorf("listing the cluster's instances: %w", err)
-	}
-	zones := map[string]bool{}
-	for _, in := range instances {
-		if in.Zone != "" {
-			zones[in.Zone] = zones[in.Zone] || in.Role == metadata.RoleControlPlane
-		}
-	}
-	names := make([]string, 0, len(zones))
-	for z := range zones {
-		names = append(names, z)
-	}
-	sort.Strings(names)
-	for _, z := range names {
-		cp := zones[z]
-		gc.Status.FailureDomains = append(gc.Status.FailureDomains, clusterv1.FailureDomain{Name: z, ControlPlane: &cp})
-	}
-	return nil
-}
-
-// bindAzureInstance gives an Azure-backed machine the identity of a discovered instance. It
-// returns false (and sets the reason) when no instance is free yet.
-func (r *GoofyMachineReconciler) bindAzureInstance(ctx context.Context, s *machineScope) (bool, error) {
-	if r.Azure == nil {
-		return false, fmt.Errorf("the Azure backend is not enabled in this manager")
-	}
-	c, err := r.Azure.cluster(ctx, r.Client, s.key, s.gc)
-	if err != nil {
-		return false, err
-	}
-	instances, err := r.Azure.list(ctx, c)
-	if err != nil {
-		return false, fmt.Errorf("listing the cluster's instances: %w", err)
-	}
-	if s.gm.Spec.ProviderID != "" {
-		for _, in := range instances {
-			if strings.EqualFold(in.ProviderID, s.gm.Spec.ProviderID) {
-				s.instance = &in
-				return true, nil
-			}
-		}
-		// The bound instance is gone from Azure: keep the identity, report the node NotReady.
-		s.instanceGone = true
-		return true, nil
-	}
-	role := metadata.RoleWorker
-	if s.controlPlane() {
-		role = metadata.RoleControlPlane
-	}
-	others := &infrav1.GoofyMachineList{}
-	if err := r.Client.List(ctx, others, client.InNamespace(s.gm.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: s.cluster.Name}); err != nil {
-		return false, err
-	}
-	bound := map[string]bool{}
-	for _, o := range others.Items {
-		if o.Name != s.gm.Name && o.Spec.ProviderID != "" {
-			bound[strings.ToLower(o.Spec.ProviderID)] = true
-		}
-	}
-	in, ok := r.Azure.claim(c, s.gm.Name, role, s.machine.Spec.FailureDomain, instances, bound)
-	if !ok {
-		msg := fmt.Sprintf("no free %s instance", role)
-		if s.machine.Spec.FailureDomain != "" {
-			msg += " in zone " + s.machine.Spec.FailureDomain
-		}
-		conditions.Set(s.gm, metav1.Condition{Type: infrav1.VMProvisionedCondition, Status: metav1.ConditionFalse,
-			Reason: infrav1.NoFreeInstanceReason, Message: msg + fmt.Sprintf(" among %d discovered instances", len(instances))})
-		return false, nil
-	}
-	s.gm.Spec.ProviderID = in.ProviderID
-	s.instance = &in
-	return true, nil
 }

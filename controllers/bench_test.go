@@ -180,7 +180,8 @@ func readyNodeNames(ctx context.Context, tb testing.TB, c client.Client) []strin
 }
 
 // BenchmarkReconcileReadyMachine is the steady-state cost of reconciling a Ready control-plane
-// machine (every ensure step re-checks the workload cluster), uncached client on envtest.
+// machine (four management reads; its Node and, in one list, its static pods re-checked in the
+// workload cluster: TestReadsPerReadyMachine), uncached client on envtest.
 func BenchmarkReconcileReadyMachine(b *testing.B) {
 	requireEnv(b)
 	h := newHarness(b)

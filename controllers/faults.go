@@ -65,7 +65,7 @@ func (b *faultBook) set(key string, kinds []string) {
 }
 
 func clusterFaultKey(gc *infrav1.GoofyCluster) string { return "GoofyCluster/" + klogRef(gc) }
-func machineFaultKey(gm *infrav1.GoofyMachine) string { return "GoofyMachine/" + klogRef(gm) }
+func machineFaultKey(gm *infrav1.GoofyMachine) string { return "GoofyMachine/" + string(gm.UID) }
 
 // faultsObject is a GoofyCluster or GoofyMachine.
 type faultsObject interface {
@@ -124,12 +124,9 @@ type machineFaults struct {
 	nodeNotReady, etcdUnhealthy, vmFailed bool
 }
 
-// setPodReady makes a static pod's readiness what kubelet reports when its probe passes or fails.
-func setPodReady(ctx context.Context, c client.Client, namespace, name string, ready bool, now metav1.Time) error {
-	pod := &corev1.Pod{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pod); err != nil {
-		return client.IgnoreNotFound(err)
-	}
+// setPodReadiness makes a static pod's readiness what kubelet reports when its probe passes or
+// fails; pod is the pod as read.
+func setPodReadiness(ctx context.Context, c client.Client, pod *corev1.Pod, ready bool, now metav1.Time) error {
 	status, changed := corev1.ConditionFalse, false
 	if ready {
 		status = corev1.ConditionTrue

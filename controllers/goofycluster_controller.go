@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/annotations"
@@ -53,6 +52,8 @@ type GoofyClusterReconciler struct {
 	Simulator *simulate.Simulator
 
 	recorder events.EventRecorder
+	// chooseBackend, when set, replaces the choice of the backend (tests).
+	chooseBackend func(*infrav1.GoofyCluster) ClusterBackend
 
 	// portRetries counts, per GoofyCluster UID, the reconciles in a row that could not bind the
 	// cluster's port (mux.ErrPortUnavailable): the backoff of the next try.
@@ -65,7 +66,7 @@ type GoofyClusterReconciler struct {
 func (r *GoofyClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	log := predicateLogger(ctrl.LoggerFrom(ctx))
 	r.recorder = mgr.GetEventRecorder("goofycluster-controller")
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&infrav1.GoofyCluster{}, builder.WithPredicates(specOrMetadataChanged())).
 		WithOptions(options).
 		// Paused objects' events pass: the reconcile that follows records Paused=True (CAPI's
@@ -74,28 +75,9 @@ func (r *GoofyClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 		Watches(&clusterv1.Cluster{},
 			handler.EnqueueRequestsFromMapFunc(util.ClusterToInfrastructureMapFunc(ctx, infrav1.GroupVersion.WithKind("GoofyCluster"), mgr.GetClient(), &infrav1.GoofyCluster{})),
 			builder.WithPredicates(clusterToGoofyClusterEvents(mgr.GetScheme(), log)),
-		).
-		// An identity created or changed (allowedNamespaces, cloud) ends a GoofyCluster's wait
-		// on it, or stops its use.
-		Watches(&infrav1.GoofyAzureClusterIdentity{}, handler.EnqueueRequestsFromMapFunc(r.identityToGoofyClusters)).
-		Complete(r)
-}
-
-// identityToGoofyClusters maps a GoofyAzureClusterIdentity to the GoofyClusters naming it.
-func (r *GoofyClusterReconciler) identityToGoofyClusters(ctx context.Context, o client.Object) []ctrl.Request {
-	list := &infrav1.GoofyClusterList{}
-	if err := r.Client.List(ctx, list); err != nil {
-		ctrl.LoggerFrom(ctx).Error(err, "Listing the GoofyClusters of an Azure identity", "identity", o.GetName())
-		return nil
-	}
-	var out []ctrl.Request
-	for i := range list.Items {
-		az := list.Items[i].Spec.Backend.Azure
-		if az != nil && az.IdentityRef != nil && az.IdentityRef.Name == o.GetName() {
-			out = append(out, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
-		}
-	}
-	return out
+		)
+	// What the backends watch (an identity's change ends the wait of the GoofyClusters naming it).
+	return r.backendWatches(b).Complete(r)
 }
 
 // Reconcile follows CAPI's reconciler shape: owner Cluster, pause, finalizer, one deferred patch
@@ -114,12 +96,13 @@ func (r *GoofyClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		log.V(4).Info("GoofyCluster is externally managed, skipping")
 		return ctrl.Result{}, nil
 	}
+	backend := r.clusterBackend(gc)
 	cluster, err := util.GetOwnerCluster(ctx, r.Client, gc.ObjectMeta)
 	if err != nil {
 		if apierrors.IsNotFound(err) && !gc.DeletionTimestamp.IsZero() {
 			// The Cluster is gone already: without this the GoofyCluster would fail on the
 			// missing owner forever, never freeing its port nor being deleted.
-			return ctrl.Result{}, r.releaseOrphan(ctx, gc)
+			return ctrl.Result{}, r.releaseOrphan(ctx, gc, backend)
 		}
 		return ctrl.Result{}, err
 	}
@@ -143,7 +126,7 @@ func (r *GoofyClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	// cluster-name label, so the same workload cluster key) must neither serve nor free it.
 	if !isClusterInfrastructure(cluster, gc) {
 		if !gc.DeletionTimestamp.IsZero() {
-			return ctrl.Result{}, r.releaseIfHeld(ctx, gc, mux.ClusterKey(gc.Namespace, cluster.Name))
+			return ctrl.Result{}, r.releaseIfHeld(ctx, &clusterScope{cluster: cluster, gc: gc, key: mux.ClusterKey(gc.Namespace, cluster.Name)}, backend)
 		}
 		gc.Status.Initialization.Provisioned = nil
 		msg := fmt.Sprintf("Cluster %s names GoofyCluster %q in spec.infrastructureRef, not this one: it serves and frees nothing",
@@ -152,10 +135,11 @@ func (r *GoofyClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		setNotReady(gc, infrav1.ReadyCondition, infrav1.NotClusterInfrastructureReason, msg)
 		return ctrl.Result{}, nil
 	}
+	s := &clusterScope{cluster: cluster, gc: gc, key: mux.ClusterKey(gc.Namespace, cluster.Name)}
 	if !gc.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.reconcileDelete(ctx, cluster, gc)
+		return ctrl.Result{}, r.reconcileDelete(ctx, s, backend)
 	}
-	return r.reconcileNormal(ctx, cluster, gc, patcher)
+	return r.reconcileNormal(ctx, s, backend, patcher)
 }
 
 // isClusterInfrastructure reports whether the Cluster's spec.infrastructureRef names gc.
@@ -289,7 +273,8 @@ func (e errHeld) Error() string {
 
 // releaseIfHeld is the deletion of a GoofyCluster that is not (or no longer) its Cluster's
 // infrastructure: it frees the workload cluster only if gc's UID holds it, and removes the finalizer.
-func (r *GoofyClusterReconciler) releaseIfHeld(ctx context.Context, gc *infrav1.GoofyCluster, key string) error {
+func (r *GoofyClusterReconciler) releaseIfHeld(ctx context.Context, s *clusterScope, backend ClusterBackend) error {
+	gc, key := s.gc, s.key
 	// A port reserved for gc's claim (its Cluster deleted before the claim) goes too.
 	r.Mux.CancelWorkloadClusterPort(key, gc.UID)
 	r.portBound(gc.UID)
@@ -298,8 +283,8 @@ func (r *GoofyClusterReconciler) releaseIfHeld(ctx context.Context, gc *infrav1.
 			return err
 		}
 		ctrl.LoggerFrom(ctx).Info("Released the workload cluster listener and store", "cluster", key)
-		if r.Azure != nil {
-			r.Azure.forget(key)
+		if err := backend.ReconcileDelete(ctx, s); err != nil {
+			return err
 		}
 	}
 	activeFaults.set(clusterFaultKey(gc), nil)
@@ -307,8 +292,8 @@ func (r *GoofyClusterReconciler) releaseIfHeld(ctx context.Context, gc *infrav1.
 	return nil
 }
 
-func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *clusterv1.Cluster, gc *infrav1.GoofyCluster, patcher *objectPatcher) (ctrl.Result, error) {
-	key := mux.ClusterKey(gc.Namespace, cluster.Name)
+func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, s *clusterScope, backend ClusterBackend, patcher *objectPatcher) (ctrl.Result, error) {
+	cluster, gc, key := s.cluster, s.gc, s.key
 	// The listener creates a store (and its state on disk): deletion has to free them, so the
 	// finalizer is stored before, with the endpoint.
 	if err := r.persistFinalizerAndEndpoint(ctx, gc, key, patcher); err != nil {
@@ -382,33 +367,12 @@ func (r *GoofyClusterReconciler) reconcileNormal(ctx context.Context, cluster *c
 		r.Simulator.Configure(l.Store().Name(), workloadOptions(gc.Spec.Simulation))
 	}
 
-	gc.Status.FailureDomains = nil
-	if gc.Spec.Backend.Azure != nil {
-		// The control plane stays simulated; machines bind to Azure instances, whose zones are
-		// the failure domains.
-		if err := r.reconcileAzureCluster(ctx, key, gc); err != nil {
-			var denied errAzureNotAllowed
-			if errors.As(err, &denied) {
-				// Waits for a change of the GoofyCluster or of the identity (both watched).
-				setNotReady(gc, infrav1.LoadBalancerReadyCondition, denied.reason, denied.message)
-				setNotReady(gc, infrav1.ReadyCondition, denied.reason, denied.message)
-				return sooner(ctrl.Result{}, requeue), nil
-			}
-			setNotReady(gc, infrav1.LoadBalancerReadyCondition, infrav1.AzureErrorReason, err.Error())
-			setNotReady(gc, infrav1.ReadyCondition, infrav1.AzureErrorReason, err.Error())
-			return ctrl.Result{}, err
-		}
-	} else {
-		for _, fd := range gc.Spec.FailureDomains {
-			gc.Status.FailureDomains = append(gc.Status.FailureDomains, clusterv1.FailureDomain{
-				Name: fd.Name, ControlPlane: fd.ControlPlane, Attributes: fd.Attributes,
-			})
-		}
+	// The backend's part: failure domains, the load balancer, and whether the cluster is ready.
+	res, err := backend.ReconcileNormal(ctx, s)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	gc.Status.Initialization.Provisioned = ptr.To(true)
-	setTrue(gc, infrav1.LoadBalancerReadyCondition, infrav1.ReadyReason, "")
-	setTrue(gc, infrav1.ReadyCondition, infrav1.ReadyReason, "")
-	return sooner(ctrl.Result{}, requeue), nil
+	return sooner(res, requeue), nil
 }
 
 // persistFinalizerAndEndpoint stores gc's finalizer, before its listener exists. A GoofyCluster
@@ -482,11 +446,11 @@ func (r *GoofyClusterReconciler) repairKubeconfig(ctx context.Context, cluster *
 	return r.Client.Update(ctx, s)
 }
 
-func (r *GoofyClusterReconciler) reconcileDelete(ctx context.Context, cluster *clusterv1.Cluster, gc *infrav1.GoofyCluster) error {
+func (r *GoofyClusterReconciler) reconcileDelete(ctx context.Context, s *clusterScope, backend ClusterBackend) error {
+	gc := s.gc
 	setNotReady(gc, infrav1.ReadyCondition, infrav1.DeletingReason, "")
 	r.portBound(gc.UID)
-	key := mux.ClusterKey(gc.Namespace, cluster.Name)
-	released, err := r.Mux.ReleaseWorkloadClusterListener(key, gc.UID)
+	released, err := r.Mux.ReleaseWorkloadClusterListener(s.key, gc.UID)
 	if err != nil {
 		return err
 	}
@@ -496,22 +460,22 @@ func (r *GoofyClusterReconciler) reconcileDelete(ctx context.Context, cluster *c
 		controllerutil.RemoveFinalizer(gc, infrav1.ClusterFinalizer)
 		return nil
 	}
-	if r.Azure != nil {
-		r.Azure.forget(key)
+	if err := backend.ReconcileDelete(ctx, s); err != nil {
+		return err
 	}
 	activeFaults.set(clusterFaultKey(gc), nil)
-	ctrl.LoggerFrom(ctx).Info("Released the workload cluster listener and store", "Cluster", klogRef(cluster))
+	ctrl.LoggerFrom(ctx).Info("Released the workload cluster listener and store", "Cluster", klogRef(s.cluster))
 	controllerutil.RemoveFinalizer(gc, infrav1.ClusterFinalizer)
 	return nil
 }
 
 // releaseOrphan frees the listener and store of a GoofyCluster whose Cluster is already gone and
 // removes its finalizer.
-func (r *GoofyClusterReconciler) releaseOrphan(ctx context.Context, gc *infrav1.GoofyCluster) error {
+func (r *GoofyClusterReconciler) releaseOrphan(ctx context.Context, gc *infrav1.GoofyCluster, backend ClusterBackend) error {
 	ctrl.LoggerFrom(ctx).Info("Cluster already deleted, releasing the GoofyCluster")
 	orig := gc.DeepCopy()
 	// Only what gc's UID holds: a copy of the GoofyCluster shares the workload cluster's key.
-	if err := r.releaseIfHeld(ctx, gc, mux.ClusterKey(gc.Namespace, mux.ClusterNameOf(gc))); err != nil {
+	if err := r.releaseIfHeld(ctx, &clusterScope{gc: gc, key: mux.ClusterKey(gc.Namespace, mux.ClusterNameOf(gc))}, backend); err != nil {
 		return err
 	}
 	return client.IgnoreNotFound(r.Client.Patch(ctx, gc, client.MergeFrom(orig)))

@@ -25,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
-	"github.com/goofy-capi/cluster-api-provider-goofy/internal/azure/metadata"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
 )
 
@@ -54,7 +53,10 @@ type GoofyMachineReconciler struct {
 	Clock clock.PassiveClock
 
 	recorder events.EventRecorder
-	ips      ipAllocator
+	// envOnce holds what the machine backends share (machineEnv), built on first use.
+	envOnce machineEnvOnce
+	// chooseBackend, when set, replaces the choice of the backend (tests).
+	chooseBackend func(*machineScope) MachineBackend
 }
 
 // SetupWithManager registers the reconciler: GoofyMachines, their Machines, and their Cluster's
@@ -167,10 +169,11 @@ func (r *GoofyMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			return ctrl.Result{}, err
 		}
 	}
+	backend := r.machineBackend(s)
 	if !gm.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.reconcileDelete(ctx, s)
+		return ctrl.Result{}, r.reconcileDelete(ctx, s, backend)
 	}
-	return r.reconcileNormal(ctx, s)
+	return r.reconcileNormal(ctx, s, backend)
 }
 
 // machineScope is what one reconcile knows about a machine.
@@ -184,98 +187,39 @@ type machineScope struct {
 
 	// faults are the machine's active faults (spec.simulation).
 	faults machineFaults
-
-	// Azure backend only: the instance the machine is bound to, or instanceGone when it vanished.
-	instance     *metadata.InstanceMetadata
-	instanceGone bool
+	// vmGone, when set, says why the machine's VM is gone for good while the machine keeps its
+	// identity (an Azure instance deleted in Azure): its node is NotReady and so is the machine.
+	vmGone string
+	// observed is what this reconcile read of the machine's node (its static pods, kubeadm's
+	// images), shared by its phases.
+	observed nodeObservation
 }
-
-// persistFinalizer stores the machine's finalizer before it provisions anything; a simulated
-// machine's provider ID, known in advance, rides along (the write it would need anyway).
-func (s *machineScope) persistFinalizer(ctx context.Context) error {
-	if !s.azure() && s.gm.Spec.ProviderID == "" {
-		s.gm.Spec.ProviderID = simulatedProviderID(s)
-	}
-	return s.patcher.persistFinalizer(ctx, s.gm, infrav1.MachineFinalizer)
-}
-
-// azure reports whether the machine's cluster uses the Azure backend.
-func (s *machineScope) azure() bool { return s.gc != nil && s.gc.Spec.Backend.Azure != nil }
 
 func (s *machineScope) controlPlane() bool { return util.IsControlPlaneMachine(s.machine) }
 
 // nodeName is the Node's (and etcd member's) name: the Machine's name.
 func (s *machineScope) nodeName() string { return s.machine.Name }
 
-func (r *GoofyMachineReconciler) reconcileNormal(ctx context.Context, s *machineScope) (ctrl.Result, error) {
+func (r *GoofyMachineReconciler) reconcileNormal(ctx context.Context, s *machineScope, backend MachineBackend) (ctrl.Result, error) {
 	now := r.Clock.Now()
 	active, nodeNotReady, etcdUnhealthy, vmFailed := mux.MachineFaults(s.gm.Spec.Simulation, s.gm.Annotations[NodeNotReadyAnnotation] != "", now)
 	s.faults = machineFaults{nodeNotReady: nodeNotReady, etcdUnhealthy: etcdUnhealthy, vmFailed: vmFailed}
 	requeue := recordFaults(ctx, r.recorder, s.gm, machineFaultKey(s.gm), active, now)
-	res, err := r.reconcileMachine(ctx, s)
+	if reason, msg := waitingFor(s); reason != "" {
+		setWaiting(s.gm, infrav1.VMProvisionedCondition, reason, msg)
+		setSummary(s)
+		return sooner(ctrl.Result{}, requeue), nil
+	}
+	res, err := backend.ReconcileNormal(ctx, s)
 	if err != nil {
 		return res, err
 	}
 	return sooner(res, requeue), nil
 }
 
-func (r *GoofyMachineReconciler) reconcileMachine(ctx context.Context, s *machineScope) (ctrl.Result, error) {
-	if reason, msg := r.waitingFor(s); reason != "" {
-		setWaiting(s.gm, infrav1.VMProvisionedCondition, reason, msg)
-		setSummary(s)
-		return ctrl.Result{}, nil
-	}
-	l, ok := r.Mux.Listener(s.key)
-	if !ok {
-		// A provisioned machine keeps its phases while its cluster's listener is away (after a
-		// restart, until its GoofyCluster gets its port back: PortUnavailable): its VM did not
-		// go, and re-timing the VM phase would hold its Node, etcd member and API server back
-		// for the phase's startupDuration once the listener is back.
-		if !conditions.IsTrue(s.gm, infrav1.VMProvisionedCondition) {
-			setWaiting(s.gm, infrav1.VMProvisionedCondition, infrav1.WaitingForClusterInfrastructureReason, "waiting for the workload cluster listener")
-			setSummary(s)
-		}
-		return ctrl.Result{RequeueAfter: waitForListener}, nil
-	}
-	if s.faults.vmFailed && !conditions.IsTrue(s.gm, infrav1.VMProvisionedCondition) {
-		// A VM that fails before it is provisioned never comes up.
-		conditions.Set(s.gm, metav1.Condition{Type: infrav1.VMProvisionedCondition, Status: metav1.ConditionFalse, Reason: infrav1.VMFailedReason,
-			Message: "the VM failed (spec.simulation.vmFailed)"})
-		setSummary(s)
-		return ctrl.Result{}, nil
-	}
-	if s.azure() {
-		// Binding reserves an instance: from here on deletion has something to release.
-		if err := s.persistFinalizer(ctx); err != nil {
-			setSummary(s)
-			return ctrl.Result{}, err
-		}
-		bound, err := r.bindAzureInstance(ctx, s)
-		var denied errAzureNotAllowed
-		if errors.As(err, &denied) {
-			conditions.Set(s.gm, metav1.Condition{Type: infrav1.VMProvisionedCondition, Status: metav1.ConditionFalse, Reason: denied.reason, Message: denied.message})
-			bound, err = false, nil
-		}
-		if err != nil || !bound {
-			setSummary(s)
-			if err != nil {
-				return ctrl.Result{}, err // controller-runtime ignores a result that comes with an error
-			}
-			return ctrl.Result{RequeueAfter: azureNoInstanceRetry}, nil
-		}
-	}
-	res, err := r.runPhases(ctx, s, l)
-	setSummary(s)
-	if err == nil && res.IsZero() && s.azure() {
-		// Look again later: an instance that disappears from Azure makes the node NotReady.
-		res.RequeueAfter = azureRecheckInterval
-	}
-	return res, err
-}
-
 // waitingFor returns why provisioning cannot start yet. Each wait ends with a watch event: the
 // Cluster's gates (clusterGatesChanged) and the Machine's spec (specOrMetadataChanged).
-func (r *GoofyMachineReconciler) waitingFor(s *machineScope) (reason, message string) {
+func waitingFor(s *machineScope) (reason, message string) {
 	gates := clusterGatesOf(s.cluster)
 	switch {
 	case !gates.infrastructureProvisioned:
@@ -305,17 +249,11 @@ func clusterGatesOf(c *clusterv1.Cluster) clusterGates {
 	}
 }
 
-func (r *GoofyMachineReconciler) reconcileDelete(ctx context.Context, s *machineScope) error {
+func (r *GoofyMachineReconciler) reconcileDelete(ctx context.Context, s *machineScope, backend MachineBackend) error {
 	conditions.Set(s.gm, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionFalse, Reason: infrav1.DeletingReason})
 	activeFaults.set(machineFaultKey(s.gm), nil)
-	if l, ok := r.Mux.Listener(s.key); ok {
-		if err := r.teardown(ctx, s, l); err != nil {
-			return err
-		}
-	}
-	r.ips.release(s.key, s.gm.Name)
-	if s.azure() && r.Azure != nil {
-		r.Azure.release(s.key, s.gm.Name)
+	if err := backend.ReconcileDelete(ctx, s); err != nil {
+		return err
 	}
 	controllerutil.RemoveFinalizer(s.gm, infrav1.MachineFinalizer)
 	return nil
@@ -331,30 +269,31 @@ func isMachineInfrastructure(machine *clusterv1.Machine, gm *infrav1.GoofyMachin
 // releaseOrphan removes the finalizer of a machine whose Machine or Cluster is already gone, or
 // that its Machine does not name. If its workload cluster still serves, what the machine added
 // there goes first (Node, pods, etcd member, API server), but only what this GoofyMachine made
-// (ownsWorkloadNode): its labels and owner reference, all a copy or a decoy needs to name
+// (nodeProvisioner.owns): its labels and owner reference, all a copy or a decoy needs to name
 // another machine's Node, are not proof. Otherwise the workload cluster's store goes with its
 // GoofyCluster.
 func (r *GoofyMachineReconciler) releaseOrphan(ctx context.Context, gm *infrav1.GoofyMachine) error {
 	ctrl.LoggerFrom(ctx).Info("Owner already deleted or not naming this GoofyMachine, releasing the GoofyMachine")
 	if clusterName := gm.Labels[clusterv1.ClusterNameLabel]; clusterName != "" {
 		key := mux.ClusterKey(gm.Namespace, clusterName)
+		s := &machineScope{gm: gm, key: key, machine: &clusterv1.Machine{
+			ObjectMeta: metav1.ObjectMeta{Namespace: gm.Namespace, Name: ownerMachineName(gm), Labels: gm.Labels},
+		}}
+		nodes := r.env().nodes
 		if l, ok := r.Mux.Listener(key); ok {
-			s := &machineScope{gm: gm, key: key, machine: &clusterv1.Machine{
-				ObjectMeta: metav1.ObjectMeta{Namespace: gm.Namespace, Name: ownerMachineName(gm), Labels: gm.Labels},
-			}}
-			owns, err := ownsWorkloadNode(ctx, s, l)
+			owns, err := nodes.owns(ctx, s.node(), l)
 			if err != nil {
 				return err
 			}
 			if owns {
-				if err := r.teardown(ctx, s, l); err != nil {
+				if err := nodes.teardown(ctx, s.node(), l); err != nil {
 					return err
 				}
 			} else {
 				ctrl.LoggerFrom(ctx).Info("The workload Node of that name is not this GoofyMachine's, leaving it", "node", s.nodeName())
 			}
 		}
-		r.ips.release(key, gm.Name)
+		nodes.release(s.node())
 	}
 	activeFaults.set(machineFaultKey(gm), nil)
 	orig := gm.DeepCopy()
@@ -374,35 +313,4 @@ func ownerMachineName(gm *infrav1.GoofyMachine) string {
 
 func setWaiting(gm *infrav1.GoofyMachine, condType, reason, message string) {
 	conditions.Set(gm, metav1.Condition{Type: condType, Status: metav1.ConditionUnknown, Reason: reason, Message: message})
-}
-
-// setSummary sets Ready from the phase conditions that apply to this machine.
-func setSummary(s *machineScope) {
-	if s.faults.vmFailed {
-		// A terminal failure, reported as CAPI's v1beta2 contract lets an infrastructure machine
-		// report one: a condition with a documented reason (docs/faults.md).
-		conditions.Set(s.gm, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionFalse, Reason: infrav1.VMFailedReason,
-			Message: "the VM failed for good (spec.simulation.vmFailed): the machine has to be replaced"})
-		return
-	}
-	if s.instanceGone {
-		conditions.Set(s.gm, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionFalse, Reason: infrav1.InstanceGoneReason,
-			Message: fmt.Sprintf("instance %s no longer exists in Azure", s.gm.Spec.ProviderID)})
-		return
-	}
-	for _, p := range phasesFor(s) {
-		c := conditions.Get(s.gm, p.condition)
-		if c == nil || c.Status != metav1.ConditionTrue {
-			reason, msg := infrav1.ProvisioningReason, fmt.Sprintf("%s is not yet true", p.condition)
-			if c != nil {
-				reason = c.Reason
-				if c.Message != "" {
-					msg = c.Message
-				}
-			}
-			conditions.Set(s.gm, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionFalse, Reason: reason, Message: msg})
-			return
-		}
-	}
-	conditions.Set(s.gm, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionTrue, Reason: infrav1.ReadyReason})
 }

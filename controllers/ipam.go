@@ -12,8 +12,9 @@ var nodeIPBase = netip.MustParseAddr("10.10.0.10")
 
 const nodeIPCount = 65000
 
-// ipAllocator hands out node IPs per workload cluster. Allocations are recorded in the
-// GoofyMachines' status, so after a restart machines re-register their own IPs first.
+// ipAllocator hands out node IPs per workload cluster, to owners: the UIDs of the objects the
+// nodes are provisioned for (nodeProvisioner). Allocations are recorded in the GoofyMachines'
+// status, so after a restart machines re-register their own IPs first.
 type ipAllocator struct {
 	mu       sync.Mutex
 	clusters map[string]map[netip.Addr]string // cluster key -> ip -> machine
