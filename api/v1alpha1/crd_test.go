@@ -117,7 +117,8 @@ func TestKubectlAppliesCRDsAndSamples(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	for _, want := range []string{"goofycluster.infrastructure.cluster.x-k8s.io/sample created", "goofymachine.infrastructure.cluster.x-k8s.io/sample-cp-0 created",
 		"goofymachinetemplate.infrastructure.cluster.x-k8s.io/sample-md-0 created", "goofyclustertemplate.infrastructure.cluster.x-k8s.io/sample-class created",
-		"goofyazureclusteridentity.infrastructure.cluster.x-k8s.io/sample created"} {
+		"goofyazureclusteridentity.infrastructure.cluster.x-k8s.io/sample created",
+		"goofymachinepool.infrastructure.cluster.x-k8s.io/sample-mp-0 created", "goofymachinepooltemplate.infrastructure.cluster.x-k8s.io/sample-mp-class created"} {
 		g.Expect(out).To(ContainSubstring(want))
 	}
 
@@ -130,6 +131,10 @@ func TestKubectlAppliesCRDsAndSamples(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(strings.Fields(strings.SplitN(out, "\n", 2)[0])).To(Equal([]string{"NAME", "CLUSTER", "HOST", "PORT", "PROVISIONED", "READY", "AGE"}))
 
+	out, err = kubectl("get", "gfmp")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(strings.Fields(strings.SplitN(out, "\n", 2)[0])).To(Equal([]string{"NAME", "CLUSTER", "MACHINEPOOL", "REPLICAS", "READY", "PROVISIONED", "AGE"}))
+
 	out, err = kubectl("get", "gfm")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(strings.Fields(strings.SplitN(out, "\n", 2)[0])).To(Equal([]string{"NAME", "CLUSTER", "MACHINE", "PROVIDERID", "PROVISIONED", "READY", "AGE"}))
@@ -138,7 +143,8 @@ func TestKubectlAppliesCRDsAndSamples(t *testing.T) {
 	out, err = kubectl("get", "cluster-api", "-o", "name")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	for _, want := range []string{"goofycluster.infrastructure.cluster.x-k8s.io/sample", "goofymachine.infrastructure.cluster.x-k8s.io/sample-cp-0",
-		"goofymachinetemplate.infrastructure.cluster.x-k8s.io/sample-md-0", "goofyclustertemplate.infrastructure.cluster.x-k8s.io/sample-class"} {
+		"goofymachinetemplate.infrastructure.cluster.x-k8s.io/sample-md-0", "goofyclustertemplate.infrastructure.cluster.x-k8s.io/sample-class",
+		"goofymachinepool.infrastructure.cluster.x-k8s.io/sample-mp-0", "goofymachinepooltemplate.infrastructure.cluster.x-k8s.io/sample-mp-class"} {
 		g.Expect(out).To(ContainSubstring(want))
 	}
 
@@ -259,6 +265,21 @@ spec: {simulation: {workloads: {podStartDelay: 0s}}}`,
 		{"workloads job run time above a day", `kind: GoofyCluster
 spec: {simulation: {workloads: {jobRunTime: 25h}}}`,
 			"spec.simulation.workloads.jobRunTime", "jobRunTime must be a duration above 0s and at most 24h"},
+		{"machine pool unknown delete policy", `kind: GoofyMachinePool
+spec: {deletePolicy: Random}`,
+			"spec.deletePolicy", "Unsupported value"},
+		{"machine pool empty provider ID in list", `kind: GoofyMachinePool
+spec: {providerIDList: [""]}`,
+			"spec.providerIDList[0]", "at least 1"},
+		{"machine pool instance capacity not a quantity", `kind: GoofyMachinePool
+spec: {template: {spec: {capacity: {cpu: lots}}}}`,
+			"spec.template.spec.capacity.cpu", "should match"},
+		{"machine pool template without template", `kind: GoofyMachinePoolTemplate
+spec: {}`,
+			"spec.template", "Required value"},
+		{"machine pool template bad jitter", `kind: GoofyMachinePoolTemplate
+spec: {template: {spec: {template: {spec: {inMemory: {vm: {provisioning: {startupJitter: "2"}}}}}}}}`,
+			"spec.template.spec.template.spec.inMemory.vm.provisioning.startupJitter", "should match"},
 		{"cluster template both backends", `kind: GoofyClusterTemplate
 spec: {template: {spec: {backend: {inMemory: {}, azure: {subscriptionID: 00000000-0000-0000-0000-000000000001, resourceGroup: rg, clusterUID: u}}}}}`,
 			"spec.template.spec.backend", "set exactly one of inMemory or azure"},
@@ -297,6 +318,26 @@ func TestProviderIDIsImmutableOnceSet(t *testing.T) {
 	g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 }
 
+// TestPoolReplicasAreNeverNegative: a GoofyMachinePool's status cannot report a negative number of
+// instances (CAPI copies status.replicas into the MachinePool's).
+func TestPoolReplicasAreNeverNegative(t *testing.T) {
+	c := requireEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+
+	obj := parse(t, "kind: GoofyMachinePool\nspec: {}", "negative-replicas")
+	g.Expect(c.Create(ctx, obj)).To(Succeed())
+	defer func() { _ = c.Delete(ctx, obj) }()
+
+	g.Expect(c.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(`{"status":{"replicas":3,"readyReplicas":0}}`)))).To(Succeed())
+	for _, field := range []string{"replicas", "readyReplicas"} {
+		err := c.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, []byte(`{"status":{"`+field+`":-1}}`)))
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%s: %v", field, err)
+		g.Expect(err.Error()).To(ContainSubstring("status." + field))
+		g.Expect(err.Error()).To(ContainSubstring("greater than or equal to 0"))
+	}
+}
+
 // TestContractLabel checks that the kustomize build of config/crd carries the CAPI contract label
 // and that it agrees with metadata.yaml.
 func TestContractLabel(t *testing.T) {
@@ -315,7 +356,7 @@ func TestContractLabel(t *testing.T) {
 	g.Expect(k.Labels[0].Pairs).To(HaveKeyWithValue("cluster.x-k8s.io/v1beta2", "v1alpha1"))
 	bases, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(bases).To(HaveLen(5))
+	g.Expect(bases).To(HaveLen(7))
 	for _, b := range bases {
 		g.Expect(k.Resources).To(ContainElement("bases/" + filepath.Base(b)))
 	}

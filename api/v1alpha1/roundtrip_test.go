@@ -36,6 +36,18 @@ func fullyPopulated() []runtime.Object {
 		}},
 		Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("1")},
 	}
+	poolSpec := GoofyMachinePoolSpec{
+		ProviderID:     "goofy://ns/c/machinepools/p",
+		ProviderIDList: []string{"goofy://ns/c/p-a", "goofy://ns/c/p-b"},
+		Template: GoofyMachinePoolInstanceTemplate{
+			ObjectMeta: clusterv1.ObjectMeta{Annotations: map[string]string{"k": "v"}},
+			Spec: GoofyMachinePoolInstanceSpec{
+				Capacity: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("16Gi")},
+				InMemory: machineSpec.Backend.InMemory,
+			},
+		},
+		DeletePolicy: DeletePolicyNewest,
+	}
 	return []runtime.Object{
 		&GoofyCluster{
 			ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", Labels: map[string]string{"a": "b"}},
@@ -69,6 +81,23 @@ func fullyPopulated() []runtime.Object {
 			ObjectMeta: metav1.ObjectMeta{Name: "ct", Namespace: "ns"},
 			Spec:       GoofyClusterTemplateSpec{Template: GoofyClusterTemplateResource{ObjectMeta: clusterv1.ObjectMeta{Annotations: map[string]string{"k": "v"}}, Spec: clusterSpec}},
 		},
+		&GoofyMachinePool{
+			ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"},
+			Spec:       poolSpec,
+			Status: GoofyMachinePoolStatus{
+				Initialization:            GoofyMachinePoolInitializationStatus{Provisioned: ptr.To(true)},
+				Replicas:                  ptr.To[int32](2),
+				ReadyReplicas:             ptr.To[int32](1),
+				InfrastructureMachineKind: "GoofyMachine",
+				Conditions:                []metav1.Condition{cond},
+			},
+		},
+		&GoofyMachinePoolTemplate{
+			ObjectMeta: metav1.ObjectMeta{Name: "pt", Namespace: "ns"},
+			Spec:       GoofyMachinePoolTemplateSpec{Template: GoofyMachinePoolTemplateResource{ObjectMeta: clusterv1.ObjectMeta{Labels: map[string]string{"x": "y"}}, Spec: poolSpec}},
+		},
+		&GoofyMachinePoolList{Items: []GoofyMachinePool{{ObjectMeta: metav1.ObjectMeta{Name: "a"}}}},
+		&GoofyMachinePoolTemplateList{Items: []GoofyMachinePoolTemplate{{ObjectMeta: metav1.ObjectMeta{Name: "a"}}}},
 		&GoofyClusterList{Items: []GoofyCluster{{ObjectMeta: metav1.ObjectMeta{Name: "a"}}}},
 		&GoofyMachineList{Items: []GoofyMachine{{ObjectMeta: metav1.ObjectMeta{Name: "a"}}}},
 		&GoofyMachineTemplateList{Items: []GoofyMachineTemplate{{ObjectMeta: metav1.ObjectMeta{Name: "a"}}}},
@@ -111,7 +140,8 @@ func TestSchemeRegistersAllKinds(t *testing.T) {
 	g := NewWithT(t)
 	s := runtime.NewScheme()
 	g.Expect(AddToScheme(s)).To(Succeed())
-	for _, kind := range []string{"GoofyCluster", "GoofyClusterList", "GoofyMachine", "GoofyMachineList", "GoofyMachineTemplate", "GoofyMachineTemplateList", "GoofyClusterTemplate", "GoofyClusterTemplateList"} {
+	for _, kind := range []string{"GoofyCluster", "GoofyClusterList", "GoofyMachine", "GoofyMachineList", "GoofyMachineTemplate", "GoofyMachineTemplateList", "GoofyClusterTemplate", "GoofyClusterTemplateList",
+		"GoofyMachinePool", "GoofyMachinePoolList", "GoofyMachinePoolTemplate", "GoofyMachinePoolTemplateList"} {
 		g.Expect(s.Recognizes(GroupVersion.WithKind(kind))).To(BeTrue(), kind)
 	}
 }
@@ -134,6 +164,10 @@ func fmtType(obj runtime.Object) string {
 		return "GoofyMachineTemplate"
 	case *GoofyClusterTemplate:
 		return "GoofyClusterTemplate"
+	case *GoofyMachinePool:
+		return "GoofyMachinePool"
+	case *GoofyMachinePoolTemplate:
+		return "GoofyMachinePoolTemplate"
 	default:
 		return "List"
 	}
@@ -158,6 +192,14 @@ func zero(obj runtime.Object) {
 		*o = GoofyMachineTemplateList{}
 	case *GoofyClusterTemplateList:
 		*o = GoofyClusterTemplateList{}
+	case *GoofyMachinePool:
+		*o = GoofyMachinePool{}
+	case *GoofyMachinePoolTemplate:
+		*o = GoofyMachinePoolTemplate{}
+	case *GoofyMachinePoolList:
+		*o = GoofyMachinePoolList{}
+	case *GoofyMachinePoolTemplateList:
+		*o = GoofyMachinePoolTemplateList{}
 	}
 }
 
@@ -210,6 +252,26 @@ func mutate(obj runtime.Object) {
 	case *GoofyClusterList:
 		for i := range o.Items {
 			o.Items[i].Name += "x"
+		}
+	case *GoofyMachinePool:
+		for i := range o.Spec.ProviderIDList {
+			o.Spec.ProviderIDList[i] += "x"
+		}
+		for k := range o.Spec.Template.Spec.Capacity {
+			o.Spec.Template.Spec.Capacity[k] = resource.MustParse("99")
+		}
+		if o.Spec.Template.Spec.InMemory != nil {
+			o.Spec.Template.Spec.InMemory.Node.Provisioning.StartupJitter += "9"
+		}
+		if o.Status.Replicas != nil {
+			*o.Status.Replicas++
+		}
+	case *GoofyMachinePoolTemplate:
+		for k := range o.Spec.Template.ObjectMeta.Labels {
+			o.Spec.Template.ObjectMeta.Labels[k] = "changed"
+		}
+		for i := range o.Spec.Template.Spec.ProviderIDList {
+			o.Spec.Template.Spec.ProviderIDList[i] += "x"
 		}
 	}
 }
