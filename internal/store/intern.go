@@ -2,11 +2,16 @@ package store
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"slices"
 	"sync"
+	"unsafe"
+	"weak"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -67,6 +72,8 @@ func internObject(obj client.Object) {
 		o.Subjects = internJSON(&internedSubjects, o.Subjects)
 	case *rbacv1.RoleBinding:
 		o.Subjects = internJSON(&internedSubjects, o.Subjects)
+	case *corev1.Pod:
+		internPod(o)
 	}
 }
 
@@ -101,4 +108,104 @@ func internJSON[T any](t *internTable[[]T], v []T) []T {
 		return v
 	}
 	return t.intern(v, canonical)
+}
+
+// Pods are the objects a fleet holds most of, thousands per cluster, and each is written several
+// times (created, bound, started). The pods of one template (a ReplicaSet's, a DaemonSet's) have
+// the same containers, tolerations, volumes and owner, and the pods a cluster's kubelets start
+// in the same second have the same conditions: a pod about to be stored takes the shared copy of
+// each, so its versions and its siblings hold them once. These tables are weak: a value no stored
+// object (nor anything else) uses any more is collected, and its entry swept, so they bound
+// nothing and need no bound.
+
+var (
+	internedContainers  weakTable[corev1.Container]
+	internedTolerations weakTable[corev1.Toleration]
+	internedVolumes     weakTable[corev1.Volume]
+	internedOwners      weakTable[metav1.OwnerReference]
+	internedConditions  weakTable[corev1.PodCondition]
+	internedPodSecurity weakTable[corev1.PodSecurityContext]
+)
+
+// internPod points pod, which its caller owns and is about to store, at the shared copies of its
+// parts that its siblings and earlier versions have alike.
+func internPod(pod *corev1.Pod) {
+	pod.OwnerReferences = internProto(&internedOwners, pod.OwnerReferences)
+	pod.Spec.InitContainers = internProto(&internedContainers, pod.Spec.InitContainers)
+	pod.Spec.Containers = internProto(&internedContainers, pod.Spec.Containers)
+	pod.Spec.Tolerations = internProto(&internedTolerations, pod.Spec.Tolerations)
+	pod.Spec.Volumes = internProto(&internedVolumes, pod.Spec.Volumes)
+	if len(pod.Spec.NodeSelector) > 0 {
+		pod.Spec.NodeSelector = internMap(pod.Spec.NodeSelector)
+	}
+	if sc := pod.Spec.SecurityContext; sc != nil {
+		pod.Spec.SecurityContext = &internProto(&internedPodSecurity, []corev1.PodSecurityContext{*sc})[0]
+	}
+	pod.Status.Conditions = internProto(&internedConditions, pod.Status.Conditions)
+}
+
+// protoElem is a pointer to an element of a built-in kind: its protobuf encoding, deterministic
+// (maps are encoded in key order), is its content as bytes.
+type protoElem[E any] interface {
+	*E
+	Marshal() ([]byte, error)
+}
+
+// internProto returns the table's slice of the same content as v, adding v (its spare capacity
+// cut, so that appending to a shared slice never writes into it) when there is none.
+func internProto[E any, P protoElem[E]](t *weakTable[E], v []E) []E {
+	if len(v) == 0 {
+		return v
+	}
+	var canonical []byte
+	for i := range v {
+		data, err := P(&v[i]).Marshal()
+		if err != nil {
+			return v
+		}
+		canonical = binary.AppendUvarint(canonical, uint64(len(data)))
+		canonical = append(canonical, data...)
+	}
+	return t.intern(v[:len(v):len(v)], canonical)
+}
+
+// weakTable shares slices of E by content, for as long as something uses them.
+type weakTable[E any] struct {
+	mu     sync.Mutex
+	values map[[sha256.Size]byte]weakSlice[E]
+	// live is the number of entries after the last sweep of collected ones; the next sweep is
+	// due when the table has doubled since, so sweeping costs O(1) per insertion.
+	live int
+}
+
+// weakSlice is a slice the table does not keep alive: its first element and its length.
+type weakSlice[E any] struct {
+	first weak.Pointer[E]
+	n     int
+}
+
+// intern returns the table's slice of canonical's content, v (not empty, len == cap) when the
+// table has none or its slice was collected.
+func (t *weakTable[E]) intern(v []E, canonical []byte) []E {
+	key := sha256.Sum256(canonical)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if w, ok := t.values[key]; ok {
+		if first := w.first.Value(); first != nil {
+			return unsafe.Slice(first, w.n)
+		}
+	}
+	if t.values == nil {
+		t.values = map[[sha256.Size]byte]weakSlice[E]{}
+	}
+	if len(t.values) >= 2*max(t.live, 512) {
+		for k, w := range t.values {
+			if w.first.Value() == nil {
+				delete(t.values, k)
+			}
+		}
+		t.live = len(t.values)
+	}
+	t.values[key] = weakSlice[E]{first: weak.Make(&v[0]), n: len(v)}
+	return v
 }

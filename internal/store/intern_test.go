@@ -1,13 +1,18 @@
 package store
 
 import (
+	"fmt"
 	"reflect"
+	"runtime"
 	"testing"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 )
 
 // TestEqualValuesAreStoredOnce: the same ClusterRole stored in two clusters holds one labels map
@@ -43,4 +48,84 @@ func TestEqualValuesAreStoredOnce(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(got.(*rbacv1.ClusterRole).Labels).To(HaveKeyWithValue("team", "a"))
 	g.Expect(got.(*rbacv1.ClusterRole).Rules[0].Verbs).To(Equal([]string{"*"}))
+}
+
+// TestPodsShareTheirTemplatesParts: two pods of one template, in two clusters, hold one container
+// list, one toleration list and one owner reference; a write to one pod's containers changes only
+// that pod, and a status update keeps the pod's shared parts.
+func TestPodsShareTheirTemplatesParts(t *testing.T) {
+	g := NewWithT(t)
+	gvr := corev1.SchemeGroupVersion.WithResource("pods")
+	pod := func(name string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": "web"},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", UID: "rs-uid", Controller: ptr.To(true)}}},
+			Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "app", Image: "nginx:1.27", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}}}},
+				Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			},
+		}
+	}
+	a, b := newTestCluster(t), newTestCluster(t)
+	for i, c := range []*Cluster{a, a, b} {
+		_, err := c.Create(gvr, "default", pod(fmt.Sprintf("web-%d", i)), CreateOptions{FieldManager: "test"})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	p0 := a.getLocked(gvr.GroupResource(), "default/web-0").(*corev1.Pod)
+	p1 := a.getLocked(gvr.GroupResource(), "default/web-1").(*corev1.Pod)
+	p2 := b.getLocked(gvr.GroupResource(), "default/web-2").(*corev1.Pod)
+	for _, p := range []*corev1.Pod{p1, p2} {
+		g.Expect(&p.Spec.Containers[0]).To(BeIdenticalTo(&p0.Spec.Containers[0]), "one container list")
+		g.Expect(&p.Spec.Tolerations[0]).To(BeIdenticalTo(&p0.Spec.Tolerations[0]), "one toleration list")
+		g.Expect(&p.OwnerReferences[0]).To(BeIdenticalTo(&p0.OwnerReferences[0]), "one owner reference")
+	}
+	g.Expect(cap(p0.Spec.Containers)).To(Equal(len(p0.Spec.Containers)), "no spare capacity to append into")
+
+	// A status update: the new version keeps the shared parts.
+	next := p1.DeepCopy()
+	next.Status.Phase = corev1.PodRunning
+	_, err := a.Update(gvr, "default", next, UpdateOptions{FieldManager: "test", Subresource: "status"})
+	g.Expect(err).NotTo(HaveOccurred())
+	p1 = a.getLocked(gvr.GroupResource(), "default/web-1").(*corev1.Pod)
+	g.Expect(p1.Status.Phase).To(Equal(corev1.PodRunning))
+	g.Expect(&p1.Spec.Containers[0]).To(BeIdenticalTo(&p0.Spec.Containers[0]))
+
+	// A label change on one pod (containers are immutable in a pod: labels stand in for a change):
+	// the others keep their values.
+	next = p2.DeepCopy()
+	next.Labels = map[string]string{"app": "web", "canary": "true"}
+	next.Spec.Tolerations = append(next.Spec.Tolerations, corev1.Toleration{Key: "k", Operator: corev1.TolerationOpExists})
+	_, err = b.Update(gvr, "default", next, UpdateOptions{FieldManager: "test"})
+	g.Expect(err).NotTo(HaveOccurred())
+	got, err := a.Get(gvr, "default", "web-0")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.(*corev1.Pod).Labels).To(Equal(map[string]string{"app": "web"}))
+	g.Expect(got.(*corev1.Pod).Spec.Tolerations).To(HaveLen(1))
+	got, err = b.Get(gvr, "default", "web-2")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.(*corev1.Pod).Spec.Tolerations).To(HaveLen(2))
+}
+
+// TestWeakTableForgetsUnusedValues: a value nothing uses any more is not kept by the table.
+func TestWeakTableForgetsUnusedValues(t *testing.T) {
+	g := NewWithT(t)
+	var table weakTable[corev1.Toleration]
+	for i := range 2000 {
+		v := internProto(&table, []corev1.Toleration{{Key: fmt.Sprintf("key-%d", i), Operator: corev1.TolerationOpExists}})
+		g.Expect(v[0].Key).To(Equal(fmt.Sprintf("key-%d", i)))
+		runtime.KeepAlive(v)
+		if i%100 == 0 {
+			runtime.GC()
+		}
+	}
+	runtime.GC()
+	// One more insertion sweeps once the table has doubled since the last sweep.
+	kept := internProto(&table, []corev1.Toleration{{Key: "kept", Operator: corev1.TolerationOpExists}})
+	table.mu.Lock()
+	n := len(table.values)
+	table.mu.Unlock()
+	g.Expect(n).To(BeNumerically("<", 2000), "collected values are swept")
+	again := internProto(&table, []corev1.Toleration{{Key: "kept", Operator: corev1.TolerationOpExists}})
+	g.Expect(&again[0]).To(BeIdenticalTo(&kept[0]))
 }
