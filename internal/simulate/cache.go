@@ -60,6 +60,15 @@ func changedObject(ch store.Change) client.Object {
 	return ch.Old
 }
 
+// changedKey is the key of the object a change is about: the store's own string, so that the
+// cache and the controllers' indexes keeping it add no copy of it.
+func changedKey(ch store.Change) string {
+	if ch.Key != "" {
+		return ch.Key
+	}
+	return keyOf(changedObject(ch))
+}
+
 func keyOf(obj client.Object) string {
 	if ns := obj.GetNamespace(); ns != "" {
 		return ns + "/" + obj.GetName()
@@ -69,26 +78,26 @@ func keyOf(obj client.Object) string {
 
 // apply records a committed change.
 func (c *cache) apply(ch store.Change) {
+	key := changedKey(ch)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ch.Old != nil {
-		c.unindex(ch.Resource, ch.Old)
+		c.unindex(ch.Resource, key, ch.Old)
 	}
 	m := c.objs[ch.Resource]
 	if ch.New == nil {
-		delete(m, keyOf(ch.Old))
+		delete(m, key)
 		return
 	}
 	if m == nil {
 		m = map[string]client.Object{}
 		c.objs[ch.Resource] = m
 	}
-	m[keyOf(ch.New)] = ch.New
-	c.index(ch.Resource, ch.New)
+	m[key] = ch.New
+	c.index(ch.Resource, key, ch.New)
 }
 
-func (c *cache) index(gr schema.GroupResource, obj client.Object) {
-	key := keyOf(obj)
+func (c *cache) index(gr schema.GroupResource, key string, obj client.Object) {
 	if pod, ok := obj.(*corev1.Pod); ok {
 		addTo(c.podsByNamespace, pod.Namespace, key, pod)
 		if pod.Spec.NodeName != "" {
@@ -105,8 +114,7 @@ func (c *cache) index(gr schema.GroupResource, obj client.Object) {
 	}
 }
 
-func (c *cache) unindex(gr schema.GroupResource, obj client.Object) {
-	key := keyOf(obj)
+func (c *cache) unindex(gr schema.GroupResource, key string, obj client.Object) {
 	if pod, ok := obj.(*corev1.Pod); ok {
 		removeFrom(c.podsByNamespace, pod.Namespace, key)
 		if pod.Spec.NodeName != "" {

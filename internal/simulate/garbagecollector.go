@@ -82,7 +82,7 @@ func (gc *garbageCollector) observe(ch store.Change) {
 	var self objKey // the object's key, made only when needed (most objects own nothing and have no owners)
 	selfKey := func() objKey {
 		if self.key == "" {
-			self = objKey{ch.Resource, keyOf(obj)}
+			self = objKey{ch.Resource, changedKey(ch)}
 		}
 		return self
 	}

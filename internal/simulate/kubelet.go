@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -286,9 +287,34 @@ func equalStatus(a, b *corev1.Pod) bool {
 	return a.Status.String() == b.Status.String()
 }
 
+// imageIDs are the images' IDs computed so far, one string per image however many pods of the
+// fleet report it; bounded (a bound, not a cache: beyond it each pod gets its own string).
+var imageIDs struct {
+	sync.Mutex
+	byImage map[string]string
+}
+
+const maxImageIDs = 4096
+
 // imageID is the digest a container runtime reports for an image: the image's name in full
 // (docker.io/library/nginx) and a digest derived from the reference, stable for each image.
 func imageID(image string) string {
+	imageIDs.Lock()
+	defer imageIDs.Unlock()
+	if id, ok := imageIDs.byImage[image]; ok {
+		return id
+	}
+	id := computeImageID(image)
+	if imageIDs.byImage == nil {
+		imageIDs.byImage = map[string]string{}
+	}
+	if len(imageIDs.byImage) < maxImageIDs {
+		imageIDs.byImage[image] = id
+	}
+	return id
+}
+
+func computeImageID(image string) string {
 	name := image
 	if i := strings.Index(name, "@"); i >= 0 {
 		return fullImageName(name[:i]) + name[i:]

@@ -53,7 +53,7 @@ func (t *podTermination) resources() []schema.GroupResource {
 // observe arms the kubelet's confirmation of a pod that has just begun terminating (or was
 // terminating when the process stopped) or whose grace period got shorter.
 func (t *podTermination) observe(ch store.Change) {
-	key := keyOf(changedObject(ch))
+	key := changedKey(ch)
 	if ch.New == nil {
 		t.mu.Lock()
 		delete(t.pending, key)

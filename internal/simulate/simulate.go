@@ -227,7 +227,6 @@ type item struct {
 func (c *cluster) start(opts Options) {
 	c.opts = opts
 	c.client = c.store.Client(store.WithoutManagedFields(), store.WithoutSyncWait())
-	c.queued = map[item]bool{}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	// What runs in every cluster, workloads or not (each controller's index is its place in
 	// c.controllers); then the workload controllers, or, without them, the instant rollouts.
@@ -356,6 +355,9 @@ func (c *cluster) enqueue(ctrl int, key string) {
 		c.mu.Unlock()
 		return
 	}
+	if c.queued == nil {
+		c.queued = map[item]bool{}
+	}
 	c.queued[it] = true
 	c.queue = append(c.queue, it)
 	start := !c.running
@@ -389,10 +391,12 @@ func (c *cluster) drain() {
 		it := c.queue[0]
 		c.queue[0] = item{}
 		c.queue = c.queue[1:]
-		if len(c.queue) == 0 {
-			c.queue = nil // let the backing array go
-		}
 		delete(c.queued, it)
+		if len(c.queue) == 0 {
+			// Let the backing array go, and the set's too: a map keeps the room its busiest
+			// moment took (the start of a cluster's hundreds of pods) until it is dropped.
+			c.queue, c.queued = nil, nil
+		}
 		c.mu.Unlock()
 		if err := c.controllers[it.ctrl].sync(c.ctx, it.key); err != nil && !apierrors.IsNotFound(err) {
 			c.after(retryDelay, it.ctrl, it.key)

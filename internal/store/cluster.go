@@ -264,7 +264,7 @@ func (c *Cluster) expireHistory() {
 func (c *Cluster) storeLocked(gr schema.GroupResource, obj, old client.Object) {
 	e := c.objs.Put(gr, obj, old)
 	c.emitted(e)
-	c.informLocked(gr, old, obj)
+	c.informLocked(gr, e.Key, old, obj)
 	c.reactLocked(gr, old, obj)
 }
 
@@ -273,6 +273,6 @@ func (c *Cluster) storeLocked(gr schema.GroupResource, obj, old client.Object) {
 func (c *Cluster) eraseLocked(gr schema.GroupResource, old, last client.Object) {
 	e := c.objs.Delete(gr, old, last)
 	c.emitted(e)
-	c.informLocked(gr, old, nil)
+	c.informLocked(gr, e.Key, old, nil)
 	c.reactLocked(gr, old, nil)
 }

@@ -71,7 +71,7 @@ func (c *Cluster) rollBack() {
 				c.serveCustomResourceDefinition(restored.(*apiextensionsv1.CustomResourceDefinition))
 			}
 		}
-		c.informLocked(e.GR, undone, restored)
+		c.informLocked(e.GR, e.Key, undone, restored)
 	}
 }
 

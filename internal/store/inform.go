@@ -15,6 +15,9 @@ import (
 // every reader: whoever gets them must not modify them.
 type Change struct {
 	Resource schema.GroupResource
+	// Key is the object's key, "namespace/name" or "name" (storage.Key): the store's own string,
+	// which a handler keeping it for as long as the object exists holds at no extra cost.
+	Key      string
 	Old, New client.Object
 }
 
@@ -71,7 +74,7 @@ func (c *Cluster) inform(inf *informer, resources []schema.GroupResource) (stop 
 	for _, gr := range resources {
 		m := c.objs.Resource(gr)
 		for _, key := range storage.Keys(m, "") {
-			inf.handle(Change{Resource: gr, New: m[key]})
+			inf.handle(Change{Resource: gr, Key: key, New: m[key]})
 		}
 	}
 	c.informers = append(c.informers, inf)
@@ -91,10 +94,10 @@ func (c *Cluster) inform(inf *informer, resources []schema.GroupResource) (stop 
 }
 
 // informLocked passes a committed change to the informers of its resource. Callers hold c.mu.
-func (c *Cluster) informLocked(gr schema.GroupResource, old, obj client.Object) {
+func (c *Cluster) informLocked(gr schema.GroupResource, key string, old, obj client.Object) {
 	for _, inf := range c.informers {
 		if inf.all || inf.resources[gr] {
-			inf.handle(Change{Resource: gr, Old: old, New: obj})
+			inf.handle(Change{Resource: gr, Key: key, Old: old, New: obj})
 		}
 	}
 }
