@@ -68,6 +68,7 @@ type options struct {
 	goofyClusterConcurrency  int
 	goofyMachineConcurrency  int
 	templateConcurrency      int
+	machinePoolConcurrency   int
 	kubeAPIQPS               float32
 	kubeAPIBurst             int
 	syncPeriod               time.Duration
@@ -115,6 +116,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.goofyClusterConcurrency, "goofycluster-concurrency", 10, "Number of GoofyClusters reconciled in parallel.")
 	fs.IntVar(&o.goofyMachineConcurrency, "goofymachine-concurrency", 10, "Number of GoofyMachines reconciled in parallel.")
 	fs.IntVar(&o.templateConcurrency, "goofymachinetemplate-concurrency", 2, "Number of GoofyMachineTemplates reconciled in parallel.")
+	fs.IntVar(&o.machinePoolConcurrency, "goofymachinepool-concurrency", 2, "Number of GoofyMachinePools reconciled in parallel.")
 	fs.Float32Var(&o.kubeAPIQPS, "kube-api-qps", 20, "Maximum queries per second to the management cluster's API server.")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 30, "Maximum burst of queries to the management cluster's API server.")
 	fs.DurationVar(&o.syncPeriod, "sync-period", 10*time.Minute, "Minimum interval at which every watched object is reconciled again.")
@@ -463,6 +465,11 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 		Client: mgr.GetClient(), WatchFilterValue: o.watchFilter,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.templateConcurrency}); err != nil {
 		return fmt.Errorf("setting up the GoofyMachineTemplate controller: %w", err)
+	}
+	if err := (&controllers.GoofyMachinePoolReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), WatchFilterValue: o.watchFilter,
+	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.machinePoolConcurrency}); err != nil {
+		return fmt.Errorf("setting up the GoofyMachinePool controller: %w", err)
 	}
 
 	log.Info("Starting manager", "listenerHost", o.listenerHost, "portRange", o.listenerPortRange, "namespace", o.namespace, "watchFilter", o.watchFilter)

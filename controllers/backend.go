@@ -21,8 +21,9 @@ import (
 // spec.backend), then only delegate to it: they keep CAPI's reconciler shape (owners, pause,
 // finalizer, one deferred patch) and know of no backend. Two backends exist: the simulated one
 // (the default: everything in this process) and the Azure one (machines bound to instances
-// discovered in Azure; their Nodes and the control plane stay simulated). Machine pools get a
-// third interface of the same shape (ReconcileNormal and ReconcileDelete over a pool's scope).
+// discovered in Azure; their Nodes and the control plane stay simulated). Machine pools have a
+// third interface of the same shape (MachinePoolBackend: ReconcileNormal and ReconcileDelete over
+// a pool's scope), simulated only for now.
 
 // ClusterBackend reconciles what a backend adds to a GoofyCluster once its simulated endpoint
 // serves: failure domains, the load balancer, and the Ready conditions saying whether it could.
@@ -44,6 +45,19 @@ type MachineBackend interface {
 	ReconcileNormal(ctx context.Context, s *machineScope) (ctrl.Result, error)
 	// ReconcileDelete releases what the machine holds; the reconciler then removes the finalizer.
 	ReconcileDelete(ctx context.Context, s *machineScope) error
+}
+
+// MachinePoolBackend provides a GoofyMachinePool's instances: one GoofyMachine per replica of its
+// MachinePool, whose nodes the machine backends provision as any machine's.
+type MachinePoolBackend interface {
+	// ReconcileNormal keeps the pool's instances at the MachinePool's replicas and reports them
+	// in s.pool: spec.providerIDList, status.replicas, status.initialization.provisioned and the
+	// InstancesReady and ProviderIDsUnique conditions (True, or False with the reason). An error
+	// is retried with backoff; a refusal that waits for a change is not an error.
+	ReconcileNormal(ctx context.Context, s *machinePoolScope) (ctrl.Result, error)
+	// ReconcileDelete deletes the pool's instances and reports whether none is left; the
+	// reconciler then removes the finalizer.
+	ReconcileDelete(ctx context.Context, s *machinePoolScope) (released bool, err error)
 }
 
 // clusterScope is what one reconcile knows about a GoofyCluster.

@@ -160,6 +160,8 @@ func (r *GoofyMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request
 				klogRef(machine), machine.Spec.InfrastructureRef.Name)})
 		return ctrl.Result{}, nil
 	}
+	// A MachinePool instance joins with its pool's bootstrap data and version.
+	machine = poolInstanceMachine(machine, gm)
 	s := &machineScope{cluster: cluster, machine: machine, gm: gm, key: mux.ClusterKey(cluster.Namespace, cluster.Name), patcher: patcher}
 	if ref := cluster.Spec.InfrastructureRef; ref.Name != "" {
 		gc := &infrav1.GoofyCluster{}

@@ -1,0 +1,493 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/labels/format"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
+)
+
+// The MachinePool tests create the MachinePool and its GoofyMachinePool as CAPI's MachinePool
+// controller would, and play CAPI's part by hand (no CAPI controller runs in envtest): a Machine
+// per instance GoofyMachine (MachinePool Machines), the Machine controller's controller reference
+// on the instance, and the end of a Machine's deletion (the instance deleted, then the Machine's
+// finalizer removed).
+
+// poolFixture is one MachinePool with its GoofyMachinePool in a fixture's cluster.
+type poolFixture struct {
+	f    *fixture
+	mp   *clusterv1.MachinePool
+	pool *infrav1.GoofyMachinePool
+	r    *GoofyMachinePoolReconciler
+}
+
+func newPool(t *testing.T, f *fixture, name string, replicas int32) *poolFixture {
+	t.Helper()
+	ctx := context.Background()
+	mp := &clusterv1.MachinePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, Labels: map[string]string{clusterv1.ClusterNameLabel: f.cluster.Name}},
+		Spec: clusterv1.MachinePoolSpec{
+			ClusterName: f.cluster.Name,
+			Replicas:    ptr.To(replicas),
+			Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{
+				ClusterName: f.cluster.Name,
+				Version:     kubernetesVersion,
+				Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptr.To(name + "-bootstrap")},
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+					APIGroup: infrav1.GroupVersion.Group, Kind: "GoofyMachinePool", Name: name,
+				},
+			}},
+		},
+	}
+	if err := k8sClient.Create(ctx, mp); err != nil {
+		t.Fatal(err)
+	}
+	pool := &infrav1.GoofyMachinePool{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: f.ns, Name: name, Labels: map[string]string{clusterv1.ClusterNameLabel: f.cluster.Name},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(mp, clusterv1.GroupVersion.WithKind("MachinePool"))},
+		},
+	}
+	if err := k8sClient.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	return &poolFixture{f: f, mp: mp, pool: pool, r: &GoofyMachinePoolReconciler{Client: k8sClient}}
+}
+
+// reconcile reconciles the pool n times and reads it again (unless it is gone).
+func (p *poolFixture) reconcile(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		if _, err := p.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p.pool)}); err != nil {
+			t.Fatalf("reconciling GoofyMachinePool %s: %v", p.pool.Name, err)
+		}
+	}
+	if err := k8sClient.Get(context.Background(), client.ObjectKeyFromObject(p.pool), p.pool); client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+}
+
+func (p *poolFixture) setReplicas(t *testing.T, n int32) {
+	t.Helper()
+	get(t, p.mp)
+	p.mp.Spec.Replicas = ptr.To(n)
+	if err := k8sClient.Update(context.Background(), p.mp); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// instances lists the GoofyMachines labelled as the pool's instances, by name.
+func (p *poolFixture) instances(t *testing.T) []infrav1.GoofyMachine {
+	t.Helper()
+	list := &infrav1.GoofyMachineList{}
+	if err := k8sClient.List(context.Background(), list, client.InNamespace(p.f.ns),
+		client.MatchingLabels{infrav1.MachinePoolInstanceLabel: format.MustFormatValue(p.pool.Name)}); err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	return list.Items
+}
+
+func (p *poolFixture) machines(t *testing.T) []clusterv1.Machine {
+	t.Helper()
+	list := &clusterv1.MachineList{}
+	if err := k8sClient.List(context.Background(), list, client.InNamespace(p.f.ns),
+		client.MatchingLabels{clusterv1.MachinePoolNameLabel: format.MustFormatValue(p.mp.Name)}); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+func names[T client.Object](objs []T) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.GetName())
+	}
+	sort.Strings(out)
+	return out
+}
+
+func ptrs[T any](items []T) []*T {
+	out := make([]*T, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
+}
+
+// playCAPI does what CAPI's controllers do with the pool's instances: the MachinePool controller
+// creates a Machine named after each instance that has none (with the Machine finalizer, an empty
+// bootstrap data secret name and no version, as CAPI does), the Machine controller makes the
+// Machine the instance's controller, and a Machine being deleted loses its instance (after the
+// GoofyMachine reconciler released it, when h is given) and then its finalizer.
+func (p *poolFixture) playCAPI(t *testing.T, h *harness) {
+	t.Helper()
+	ctx := context.Background()
+	for _, m := range ptrs(p.machines(t)) {
+		if m.DeletionTimestamp.IsZero() {
+			continue
+		}
+		gm := &infrav1.GoofyMachine{}
+		err := k8sClient.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name}, gm)
+		if err == nil {
+			if err := k8sClient.Delete(ctx, gm); err != nil {
+				t.Fatal(err)
+			}
+			if h != nil && len(gm.Finalizers) > 0 {
+				h.reconcileMachine(t, gm)
+			}
+		} else if !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		controllerutil.RemoveFinalizer(m, clusterv1.MachineFinalizer)
+		if err := k8sClient.Update(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, gm := range ptrs(p.instances(t)) {
+		if ownerMachineRef(gm) != nil || !gm.DeletionTimestamp.IsZero() {
+			continue
+		}
+		m := &clusterv1.Machine{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: gm.Namespace, Name: gm.Name,
+				Labels: map[string]string{
+					clusterv1.MachinePoolNameLabel: format.MustFormatValue(p.mp.Name), clusterv1.ClusterNameLabel: p.f.cluster.Name,
+				},
+				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(p.mp, clusterv1.GroupVersion.WithKind("MachinePool"))},
+				Finalizers:      []string{clusterv1.MachineFinalizer},
+			},
+			Spec: clusterv1.MachineSpec{
+				ClusterName: p.f.cluster.Name,
+				Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptr.To("")},
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+					APIGroup: infrav1.GroupVersion.Group, Kind: "GoofyMachine", Name: gm.Name,
+				},
+			},
+		}
+		if err := k8sClient.Create(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		// CAPI's Machine controller sets itself as the instance's controller, which fails if
+		// anything else (the pool) were the controller already.
+		orig := gm.DeepCopy()
+		if err := controllerutil.SetControllerReference(m, gm, testScheme); err != nil {
+			t.Fatalf("CAPI's Machine controller cannot own instance %s: %v", gm.Name, err)
+		}
+		if err := k8sClient.Patch(ctx, gm, client.MergeFrom(orig)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func providerIDs(gms []infrav1.GoofyMachine) []string {
+	var ids []string
+	for _, gm := range gms {
+		ids = append(ids, gm.Spec.ProviderID)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func poolCondition(pool *infrav1.GoofyMachinePool, condType string) *metav1.Condition {
+	for i := range pool.Status.Conditions {
+		if pool.Status.Conditions[i].Type == condType {
+			return &pool.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// TestMachinePoolProvisionsOneInstancePerReplica: a MachinePool of 3 gets 3 instance GoofyMachines
+// labelled and owned for CAPI's MachinePool Machines, a providerIDList of exactly their provider
+// IDs, status.replicas 3 and provisioned; each instance, once CAPI made its Machine, is provisioned
+// by the GoofyMachine reconciler into a Ready Node with the MachinePool's version, and the pool
+// turns Ready.
+func TestMachinePoolProvisionsOneInstancePerReplica(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	h := newHarness(t)
+	ns := newNamespace(t)
+	f := newFixture(t, ns, "mp-cluster", nil)
+	h.provisionCluster(t, f)
+	get(t, f.cluster)
+	f.cluster.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
+	g.Expect(k8sClient.Status().Update(ctx, f.cluster)).To(Succeed())
+
+	p := newPool(t, f, "workers", 3)
+	p.reconcile(t, 2) // the finalizer, then the instances
+	g.Expect(p.pool.Finalizers).To(ContainElement(infrav1.MachinePoolFinalizer))
+	instances := p.instances(t)
+	g.Expect(instances).To(HaveLen(3))
+	for _, gm := range instances {
+		g.Expect(gm.Labels).To(HaveKeyWithValue(clusterv1.MachinePoolNameLabel, "workers"))
+		g.Expect(gm.Labels).To(HaveKeyWithValue(clusterv1.ClusterNameLabel, "mp-cluster"))
+		g.Expect(gm.OwnerReferences).To(ConsistOf(And(
+			HaveField("Kind", "GoofyMachinePool"), HaveField("Name", "workers"), HaveField("UID", p.pool.UID),
+			HaveField("Controller", BeNil()))), "owned by the pool, which leaves the controller reference to CAPI's Machine")
+		g.Expect(gm.Spec.ProviderID).To(Equal(fmt.Sprintf("goofy://%s/mp-cluster/%s", ns, gm.Name)))
+		g.Expect(gm.Annotations).To(HaveKeyWithValue(infrav1.InstanceBootstrapDataAnnotation, "workers-bootstrap"))
+	}
+	g.Expect(p.pool.Spec.ProviderIDList).To(Equal(providerIDs(instances)))
+	g.Expect(p.pool.Status.Replicas).To(Equal(ptr.To[int32](3)))
+	g.Expect(p.pool.Status.Initialization.Provisioned).To(Equal(ptr.To(true)))
+	g.Expect(p.pool.Status.InfrastructureMachineKind).To(Equal("GoofyMachine"))
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.InstancesReadyCondition, metav1.ConditionFalse, infrav1.InstancesNotReadyReason))
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.ProviderIDsUniqueCondition, metav1.ConditionTrue, infrav1.NoProviderIDCollisionReason))
+
+	// CAPI makes a Machine per instance; the GoofyMachine reconciler provisions each as a
+	// worker bootstrapped by the pool, with the MachinePool's version (CAPI's Machine has none).
+	p.playCAPI(t, h)
+	// The store's own client: a cluster of workers alone serves no API server yet.
+	wc, err := mustListener(t, h, f).GetClient()
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, gm := range ptrs(p.instances(t)) {
+		h.reconcileUntilReady(t, gm)
+		node := &corev1.Node{}
+		g.Expect(wc.Get(ctx, client.ObjectKey{Name: gm.Name}, node)).To(Succeed())
+		g.Expect(node.Spec.ProviderID).To(Equal(gm.Spec.ProviderID))
+		g.Expect(node.Status.NodeInfo.KubeletVersion).To(Equal(kubernetesVersion))
+	}
+	p.reconcile(t, 1)
+	g.Expect(p.pool.Status.ReadyReplicas).To(Equal(ptr.To[int32](3)))
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.InstancesReadyCondition, metav1.ConditionTrue, infrav1.ReadyReason))
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.ReadyCondition, metav1.ConditionTrue, infrav1.ReadyReason))
+	// Nothing changes on a settled pool: no instance is created or deleted.
+	g.Expect(names(ptrs(p.instances(t)))).To(Equal(names(ptrs(instances))))
+}
+
+// TestMachinePoolScalesUpAndDownThroughMachines: 3 → 5 creates two instances; 5 → 2 deletes the
+// Machines of three (never the instances themselves): the one whose Machine has the
+// delete-machine annotation (one of the newest) first, then the oldest. Until CAPI has deleted
+// them, the pool deletes and creates nothing more; then providerIDList is the two left.
+func TestMachinePoolScalesUpAndDownThroughMachines(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	f := newFixture(t, ns, "scale", nil)
+	p := newPool(t, f, "pool", 3)
+	p.reconcile(t, 2)
+	p.playCAPI(t, nil)
+	// The first three, oldest first (their creation may straddle a second; then by name).
+	firstGMs := p.instances(t)
+	g.Expect(firstGMs).To(HaveLen(3))
+	sort.SliceStable(firstGMs, func(i, j int) bool {
+		return firstGMs[i].CreationTimestamp.Before(&firstGMs[j].CreationTimestamp)
+	})
+	var first []string
+	for _, gm := range firstGMs {
+		first = append(first, gm.Name)
+	}
+
+	time.Sleep(1100 * time.Millisecond) // creation timestamps have a resolution of a second
+	p.setReplicas(t, 5)
+	p.reconcile(t, 1)
+	all := p.instances(t)
+	g.Expect(all).To(HaveLen(5))
+	g.Expect(p.pool.Spec.ProviderIDList).To(Equal(providerIDs(all)))
+	g.Expect(p.pool.Status.Replicas).To(Equal(ptr.To[int32](5)))
+	p.playCAPI(t, nil)
+	var added []string
+	for _, n := range names(ptrs(all)) { // by name
+		if !slices.Contains(first, n) {
+			added = append(added, n)
+		}
+	}
+	g.Expect(added).To(HaveLen(2))
+
+	// The cluster autoscaler (or a user) marks one of the newest for deletion.
+	marked := &clusterv1.Machine{}
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: added[1]}, marked)).To(Succeed())
+	marked.Annotations = map[string]string{clusterv1.DeleteMachineAnnotation: ""}
+	g.Expect(k8sClient.Update(ctx, marked)).To(Succeed())
+
+	p.setReplicas(t, 2)
+	p.reconcile(t, 1)
+	deleting := func() []string {
+		var out []string
+		for _, m := range p.machines(t) {
+			if !m.DeletionTimestamp.IsZero() {
+				out = append(out, m.Name)
+			}
+		}
+		sort.Strings(out)
+		return out
+	}
+	want := []string{first[0], first[1], added[1]} // the marked one, then the two oldest
+	sort.Strings(want)
+	g.Expect(deleting()).To(Equal(want))
+	g.Expect(p.instances(t)).To(HaveLen(5), "the provider deletes Machines, not instances")
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.InstancesReadyCondition, metav1.ConditionFalse, infrav1.ScalingDownReason))
+
+	// While CAPI drains and deletes, the pool waits.
+	p.reconcile(t, 2)
+	g.Expect(deleting()).To(Equal(want))
+	g.Expect(p.instances(t)).To(HaveLen(5))
+
+	p.playCAPI(t, nil)
+	p.reconcile(t, 1)
+	left := p.instances(t)
+	kept := []string{first[2], added[0]}
+	sort.Strings(kept)
+	g.Expect(names(ptrs(left))).To(Equal(kept))
+	g.Expect(p.pool.Spec.ProviderIDList).To(Equal(providerIDs(left)))
+	g.Expect(p.pool.Status.Replicas).To(Equal(ptr.To[int32](2)))
+	g.Expect(p.machines(t)).To(HaveLen(2))
+}
+
+// TestMachinePoolDeletionDeletesInstances: deleting the pool deletes its instances' Machines
+// (an instance CAPI made no Machine for yet goes directly) and keeps the finalizer until the last
+// instance is gone.
+func TestMachinePoolDeletionDeletesInstances(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	f := newFixture(t, ns, "delete", nil)
+	p := newPool(t, f, "pool", 3)
+	p.reconcile(t, 2)
+	p.playCAPI(t, nil)
+	p.setReplicas(t, 4)
+	p.reconcile(t, 1)
+	g.Expect(p.instances(t)).To(HaveLen(4)) // one without a Machine yet
+
+	g.Expect(k8sClient.Delete(ctx, p.pool)).To(Succeed())
+	p.reconcile(t, 1)
+	g.Expect(p.pool.Finalizers).To(ContainElement(infrav1.MachinePoolFinalizer))
+	g.Expect(p.instances(t)).To(HaveLen(3))
+	for _, m := range p.machines(t) {
+		g.Expect(m.DeletionTimestamp.IsZero()).To(BeFalse(), "Machine %s not deleted", m.Name)
+	}
+
+	p.playCAPI(t, nil)
+	g.Expect(p.instances(t)).To(BeEmpty())
+	p.reconcile(t, 1)
+	err := k8sClient.Get(ctx, client.ObjectKeyFromObject(p.pool), &infrav1.GoofyMachinePool{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the pool is gone once its instances are: %v", err)
+}
+
+// TestMachinePoolBadInput: a negative replica count, a provider ID another GoofyMachine claims and
+// the Azure backend are reported in conditions; the pool does nothing it should not.
+func TestMachinePoolBadInput(t *testing.T) {
+	requireEnv(t)
+	ctx := context.Background()
+
+	t.Run("negative replicas", func(t *testing.T) {
+		g := NewWithT(t)
+		ns := newNamespace(t)
+		f := newFixture(t, ns, "negative", nil)
+		// CAPI's MachinePool schema refuses a negative replica count...
+		p := newPool(t, f, "pool", 0)
+		p.setReplicas(t, 0)
+		p.mp.Spec.Replicas = ptr.To[int32](-1)
+		err := k8sClient.Update(ctx, p.mp)
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		// ...and should one be read anyway (an older CAPI, a conversion), the pool neither
+		// creates nor deletes anything and says why.
+		w, err := client.NewWithWatch(cfg, client.Options{Scheme: testScheme})
+		g.Expect(err).NotTo(HaveOccurred())
+		p.r.Client = interceptor.NewClient(w, interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				err := c.Get(ctx, key, obj, opts...)
+				if mp, ok := obj.(*clusterv1.MachinePool); ok && err == nil {
+					mp.Spec.Replicas = ptr.To[int32](-1)
+				}
+				return err
+			},
+		})
+		p.reconcile(t, 2)
+		g.Expect(p.instances(t)).To(BeEmpty())
+		g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.InstancesReadyCondition, metav1.ConditionFalse, infrav1.InvalidReplicasReason))
+		g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.ReadyCondition, metav1.ConditionFalse, infrav1.InvalidReplicasReason))
+		g.Expect(p.pool.Status.Initialization.Provisioned).To(BeNil())
+	})
+
+	t.Run("provider ID collision", func(t *testing.T) {
+		g := NewWithT(t)
+		ns := newNamespace(t)
+		f := newFixture(t, ns, "collision", nil)
+		p := newPool(t, f, "pool", 1)
+		p.reconcile(t, 2)
+		instance := p.instances(t)[0]
+		g.Expect(p.pool.Spec.ProviderIDList).To(Equal([]string{instance.Spec.ProviderID}))
+
+		decoy := &infrav1.GoofyMachine{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "decoy", Labels: map[string]string{clusterv1.ClusterNameLabel: "collision"}},
+			Spec:       infrav1.GoofyMachineSpec{ProviderID: instance.Spec.ProviderID},
+		}
+		g.Expect(k8sClient.Create(ctx, decoy)).To(Succeed())
+		p.reconcile(t, 1)
+		g.Expect(p.pool.Spec.ProviderIDList).To(BeEmpty())
+		g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.ProviderIDsUniqueCondition, metav1.ConditionFalse, infrav1.ProviderIDCollisionReason))
+		g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.ReadyCondition, metav1.ConditionFalse, infrav1.ProviderIDCollisionReason))
+		g.Expect(poolCondition(p.pool, infrav1.ProviderIDsUniqueCondition).Message).To(And(
+			ContainSubstring(instance.Spec.ProviderID), ContainSubstring("decoy"), ContainSubstring(instance.Name)))
+		g.Expect(p.instances(t)).To(HaveLen(1), "a collision creates no instance")
+
+		g.Expect(k8sClient.Delete(ctx, decoy)).To(Succeed())
+		p.reconcile(t, 1)
+		g.Expect(p.pool.Spec.ProviderIDList).To(Equal([]string{instance.Spec.ProviderID}))
+		g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.ProviderIDsUniqueCondition, metav1.ConditionTrue, infrav1.NoProviderIDCollisionReason))
+	})
+
+	t.Run("Azure backend", func(t *testing.T) {
+		g := NewWithT(t)
+		ns := newNamespace(t)
+		f := newFixture(t, ns, "azure", nil)
+		get(t, f.gc)
+		f.gc.Spec.Backend.Azure = &infrav1.AzureClusterBackend{SubscriptionID: "00000000-0000-0000-0000-000000000001", ResourceGroup: "rg", ClusterUID: "u"}
+		f.gc.Spec.Backend.InMemory = nil
+		g.Expect(k8sClient.Update(ctx, f.gc)).To(Succeed())
+		p := newPool(t, f, "pool", 2)
+		p.reconcile(t, 2)
+		g.Expect(p.instances(t)).To(BeEmpty())
+		g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.InstancesReadyCondition, metav1.ConditionFalse, infrav1.BackendNotSupportedReason))
+		g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.ReadyCondition, metav1.ConditionFalse, infrav1.BackendNotSupportedReason))
+	})
+}
+
+// TestPoolWatchesItsInstances: an instance's events reach its pool (owner reference), including
+// its Ready transitions, which are status-only; other status writes of instances do not.
+func TestPoolWatchesItsInstances(t *testing.T) {
+	g := NewWithT(t)
+	gm := &infrav1.GoofyMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "pool-abcde", ResourceVersion: "1",
+		OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: "pool-abcde"},
+			{APIVersion: infrav1.GroupVersion.String(), Kind: "GoofyMachinePool", Name: "pool"},
+		}}}
+	g.Expect(instanceToPool(context.Background(), gm)).To(ConsistOf(HaveField("NamespacedName", client.ObjectKey{Namespace: "ns", Name: "pool"})))
+	g.Expect(instanceToPool(context.Background(), &infrav1.GoofyMachine{})).To(BeEmpty())
+
+	update := func(mutate func(*infrav1.GoofyMachine)) bool {
+		n := gm.DeepCopy()
+		n.ResourceVersion = "2"
+		mutate(n)
+		return instanceChanged().Update(event.UpdateEvent{ObjectOld: gm, ObjectNew: n})
+	}
+	g.Expect(update(func(n *infrav1.GoofyMachine) {
+		n.Status.Conditions = []metav1.Condition{{Type: infrav1.ReadyCondition, Status: metav1.ConditionTrue, Reason: infrav1.ReadyReason}}
+	})).To(BeTrue(), "Ready transition")
+	g.Expect(update(func(n *infrav1.GoofyMachine) {
+		n.Status.Conditions = []metav1.Condition{{Type: infrav1.VMProvisionedCondition, Status: metav1.ConditionTrue, Reason: infrav1.ProvisionedReason}}
+	})).To(BeFalse(), "other status writes")
+	g.Expect(update(func(n *infrav1.GoofyMachine) { n.Finalizers = []string{infrav1.MachineFinalizer} })).To(BeTrue(), "metadata")
+}
