@@ -228,6 +228,10 @@ func (b *simulatedMachinePoolBackend) createInstance(ctx context.Context, s *mac
 		for k, v := range tmpl.ObjectMeta.Annotations {
 			gm.Annotations[k] = v
 		}
+		if v, ok := pool.Labels[clusterv1.WatchLabel]; ok {
+			// The manager (shard) that reconciles the pool reconciles its instances.
+			gm.Labels[clusterv1.WatchLabel] = v
+		}
 		gm.Labels[clusterv1.ClusterNameLabel] = s.cluster.Name
 		gm.Labels[clusterv1.MachinePoolNameLabel] = format.MustFormatValue(mp.Name)
 		gm.Labels[infrav1.MachinePoolInstanceLabel] = format.MustFormatValue(pool.Name)

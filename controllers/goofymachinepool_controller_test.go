@@ -11,17 +11,23 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/labels/format"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/testenv"
 )
 
 // The MachinePool tests create the MachinePool and its GoofyMachinePool as CAPI's MachinePool
@@ -233,6 +239,13 @@ func TestMachinePoolProvisionsOneInstancePerReplica(t *testing.T) {
 	g.Expect(k8sClient.Status().Update(ctx, f.cluster)).To(Succeed())
 
 	p := newPool(t, f, "workers", 3)
+	// A watch filter (sharded managers), the instance template.
+	p.pool.Labels[clusterv1.WatchLabel] = "shard-a"
+	p.pool.Spec.Template = infrav1.GoofyMachinePoolInstanceTemplate{
+		ObjectMeta: clusterv1.ObjectMeta{Labels: map[string]string{"tier": "batch"}},
+		Spec:       infrav1.GoofyMachinePoolInstanceSpec{Capacity: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}},
+	}
+	g.Expect(k8sClient.Update(ctx, p.pool)).To(Succeed())
 	p.reconcile(t, 2) // the finalizer, then the instances
 	g.Expect(p.pool.Finalizers).To(ContainElement(infrav1.MachinePoolFinalizer))
 	instances := p.instances(t)
@@ -240,6 +253,9 @@ func TestMachinePoolProvisionsOneInstancePerReplica(t *testing.T) {
 	for _, gm := range instances {
 		g.Expect(gm.Labels).To(HaveKeyWithValue(clusterv1.MachinePoolNameLabel, "workers"))
 		g.Expect(gm.Labels).To(HaveKeyWithValue(clusterv1.ClusterNameLabel, "mp-cluster"))
+		g.Expect(gm.Labels).To(HaveKeyWithValue(clusterv1.WatchLabel, "shard-a"))
+		g.Expect(gm.Labels).To(HaveKeyWithValue("tier", "batch"))
+		g.Expect(gm.Spec.Capacity.Cpu().String()).To(Equal("4"))
 		g.Expect(gm.OwnerReferences).To(ConsistOf(And(
 			HaveField("Kind", "GoofyMachinePool"), HaveField("Name", "workers"), HaveField("UID", p.pool.UID),
 			HaveField("Controller", BeNil()))), "owned by the pool, which leaves the controller reference to CAPI's Machine")
@@ -265,6 +281,7 @@ func TestMachinePoolProvisionsOneInstancePerReplica(t *testing.T) {
 		g.Expect(wc.Get(ctx, client.ObjectKey{Name: gm.Name}, node)).To(Succeed())
 		g.Expect(node.Spec.ProviderID).To(Equal(gm.Spec.ProviderID))
 		g.Expect(node.Status.NodeInfo.KubeletVersion).To(Equal(kubernetesVersion))
+		g.Expect(node.Status.Capacity.Cpu().String()).To(Equal("4"))
 	}
 	p.reconcile(t, 1)
 	g.Expect(p.pool.Status.ReadyReplicas).To(Equal(ptr.To[int32](3)))
@@ -490,4 +507,50 @@ func TestPoolWatchesItsInstances(t *testing.T) {
 		n.Status.Conditions = []metav1.Condition{{Type: infrav1.VMProvisionedCondition, Status: metav1.ConditionTrue, Reason: infrav1.ProvisionedReason}}
 	})).To(BeFalse(), "other status writes")
 	g.Expect(update(func(n *infrav1.GoofyMachine) { n.Finalizers = []string{infrav1.MachineFinalizer} })).To(BeTrue(), "metadata")
+}
+
+// TestMachinePoolWatches runs the pool and machine reconcilers in a manager (default sync period:
+// 10 h, so only watch events move them): a new pool gets its instances, the instances' Ready
+// transitions (status only) make the pool Ready, and a change of the MachinePool's replicas
+// scales it.
+func TestMachinePoolWatches(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	h := newHarness(t)
+	ns := newNamespace(t)
+	f := newFixture(t, ns, "watched", nil)
+	h.provisionCluster(t, f)
+	get(t, f.cluster)
+	f.cluster.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
+	g.Expect(k8sClient.Status().Update(ctx, f.cluster)).To(Succeed())
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 testScheme,
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Client:                 client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	poolR := &GoofyMachinePoolReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
+	g.Expect(poolR.SetupWithManager(ctx, mgr, controller.Options{})).To(Succeed())
+	machineR := &GoofyMachineReconciler{Client: mgr.GetClient(), Mux: h.mux}
+	g.Expect(machineR.SetupWithManager(ctx, mgr, controller.Options{})).To(Succeed())
+	testenv.Go(t, mgr.Start)
+
+	p := newPool(t, f, "pool", 2)
+	p.r = poolR
+	g.Eventually(func() []infrav1.GoofyMachine { return p.instances(t) }, wakeTimeout, 50*time.Millisecond).Should(HaveLen(2))
+	p.playCAPI(t, nil)
+	g.Eventually(func() *metav1.Condition {
+		get(t, p.pool)
+		return poolCondition(p.pool, infrav1.ReadyCondition)
+	}, wakeTimeout, 50*time.Millisecond).Should(And(Not(BeNil()), HaveField("Status", metav1.ConditionTrue)))
+	g.Expect(p.pool.Status.ReadyReplicas).To(Equal(ptr.To[int32](2)))
+
+	p.setReplicas(t, 3)
+	g.Eventually(func() []infrav1.GoofyMachine { return p.instances(t) }, wakeTimeout, 50*time.Millisecond).Should(HaveLen(3))
+	g.Expect(p.instances(t)).To(HaveLen(3), "no more than the replicas, whatever the cache saw")
 }
