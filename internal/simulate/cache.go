@@ -34,8 +34,9 @@ type cache struct {
 	podsByNode map[string]map[string]*corev1.Pod
 	// podsByNamespace: every pod, by namespace and key (selectors look there).
 	podsByNamespace map[string]map[string]*corev1.Pod
-	// byController: objects by their controller's UID.
-	byController map[types.UID]map[objKey]bool
+	// byController: the keys of objects by their kind and their controller's UID (an entry is
+	// a key and no more: a cluster has one per pod).
+	byController map[schema.GroupResource]map[types.UID]map[string]struct{}
 }
 
 type objKey struct {
@@ -48,7 +49,7 @@ func newCache() *cache {
 		objs:            map[schema.GroupResource]map[string]client.Object{},
 		podsByNode:      map[string]map[string]*corev1.Pod{},
 		podsByNamespace: map[string]map[string]*corev1.Pod{},
-		byController:    map[types.UID]map[objKey]bool{},
+		byController:    map[schema.GroupResource]map[types.UID]map[string]struct{}{},
 	}
 }
 
@@ -105,12 +106,17 @@ func (c *cache) index(gr schema.GroupResource, key string, obj client.Object) {
 		}
 	}
 	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
-		set := c.byController[ref.UID]
-		if set == nil {
-			set = map[objKey]bool{}
-			c.byController[ref.UID] = set
+		byUID := c.byController[gr]
+		if byUID == nil {
+			byUID = map[types.UID]map[string]struct{}{}
+			c.byController[gr] = byUID
 		}
-		set[objKey{gr, key}] = true
+		set := byUID[ref.UID]
+		if set == nil {
+			set = map[string]struct{}{}
+			byUID[ref.UID] = set
+		}
+		set[key] = struct{}{}
 	}
 }
 
@@ -122,10 +128,14 @@ func (c *cache) unindex(gr schema.GroupResource, key string, obj client.Object) 
 		}
 	}
 	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
-		if set := c.byController[ref.UID]; set != nil {
-			delete(set, objKey{gr, key})
+		byUID := c.byController[gr]
+		if set := byUID[ref.UID]; set != nil {
+			delete(set, key)
 			if len(set) == 0 {
-				delete(c.byController, ref.UID)
+				delete(byUID, ref.UID)
+				if len(byUID) == 0 {
+					delete(c.byController, gr)
+				}
 			}
 		}
 	}
@@ -172,11 +182,9 @@ func (c *cache) owned(gr schema.GroupResource, uid types.UID) []client.Object {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var out []client.Object
-	for k := range c.byController[uid] {
-		if k.gr == gr {
-			if o := c.objs[gr][k.key]; o != nil {
-				out = append(out, o)
-			}
+	for key := range c.byController[gr][uid] {
+		if o := c.objs[gr][key]; o != nil {
+			out = append(out, o)
 		}
 	}
 	return out
