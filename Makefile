@@ -192,6 +192,10 @@ soak: ## Long run through real CAPI: SOAK_CLUSTERS clusters for SOAK_DURATION wi
 bench-mux: ## Mux-only scale benchmark: 1,000 clusters x (3 control-plane + 3 workers) in one process under CAPI-like load (PODS=30: that many running pods per node; SETTLE=310: memory again once the watch history expired).
 	GOOFY_BENCH_PODS=$(PODS) GOOFY_BENCH_SETTLE_SECONDS=$(SETTLE) go test -run '^$$' -bench BenchmarkMuxScale -benchtime 1x -timeout 30m ./internal/mux/
 
+.PHONY: bench-memory
+bench-memory: ## Per-cluster memory audit: live heap per idle cluster (1 CP + 2 workers, add-on pods running, durable state) and per added worker, by package (CLUSTERS=100).
+	GOOFY_BENCH_CLUSTERS=$(CLUSTERS) go test -run '^$$' -bench BenchmarkClusterMemory -benchtime 1x -v -timeout 15m ./internal/mux/
+
 .PHONY: bench-go
 bench-go: ## Run the Go micro-benchmarks of the store, API server and mux.
 	go test -run '^$$' -skip BenchmarkMuxScale -bench . -benchmem ./internal/...

@@ -114,49 +114,8 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 	b.ResetTimer()
 	setupStart := time.Now()
 	for i := range clusters {
-		name := fmt.Sprintf("bench/c%04d", i)
-		names[i] = name
 		start := time.Now()
-		l, err := m.InitWorkloadClusterListener(name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		c, _ := l.GetClient()
-		now := metav1.Now()
-		for j := range cps + workers {
-			node := fmt.Sprintf("c%04d-%s-%d", i, map[bool]string{true: "cp", false: "md"}[j < cps], j)
-			nodeNames[i] = append(nodeNames[i], node)
-			n := workload.Node(workload.NodeSpec{
-				Name: node, ProviderID: "goofy://" + name + "/" + node, KubeletVersion: "v1.36.3",
-				InternalIP: fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+10), ControlPlane: j < cps, Ready: true,
-			}, now)
-			if podsPerNode > 0 {
-				n = benchNodeForPods(n)
-			}
-			benchCreateWithStatus(b, c, n)
-			if j >= cps {
-				continue
-			}
-			for _, comp := range []string{workload.Etcd, workload.KubeAPIServer, workload.KubeControllerManager, workload.KubeScheduler} {
-				benchCreateWithStatus(b, c, workload.StaticPod(comp, node, "v1.36.3", "10.0.0.1", now))
-			}
-			if err := m.AddEtcdMember(name, workload.StaticPodName(workload.Etcd, node), cc.etcdCA, cc.etcdCAKey); err != nil {
-				b.Fatal(err)
-			}
-			if err := m.AddAPIServer(name, workload.StaticPodName(workload.KubeAPIServer, node), cc.ca, cc.caKey); err != nil {
-				b.Fatal(err)
-			}
-			if j == 0 {
-				for _, obj := range workload.ClusterObjects(workload.ClusterSpec{
-					ClusterName: name, KubernetesVersion: "v1.36.3", ControlPlaneEndpoint: l.HostPort(),
-					DNSDomain: "cluster.local", PodSubnet: "192.168.0.0/16", ServiceSubnet: "10.128.0.0/12",
-				}) {
-					if err := c.Create(ctx, obj); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-		}
+		names[i], nodeNames[i] = benchAddCluster(ctx, b, m, cc, i, cps, workers, podsPerNode > 0)
 		setup = append(setup, time.Since(start))
 	}
 	setupTotal := time.Since(setupStart)
@@ -343,6 +302,62 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 	if clusters == 1000 && cps+workers == 6 && rssServer > 1<<30 {
 		b.Errorf("1,000 clusters × 6 machines take %d MiB resident, over the 1 GiB goal", rssServer>>20)
 	}
+}
+
+// benchAddCluster does for cluster i what the GoofyCluster and GoofyMachine reconcilers do: its
+// listener, then per machine its Node (nodes ready for pods when forPods), and per control-plane
+// machine its static pods, etcd member and API server; the first control-plane machine also
+// creates kubeadm's objects. It returns the cluster's name and its nodes' names.
+func benchAddCluster(ctx context.Context, b *testing.B, m *WorkloadClustersMux, cc clusterCerts, i, cps, workers int, forPods bool) (string, []string) {
+	name := fmt.Sprintf("bench/c%04d", i)
+	l, err := m.InitWorkloadClusterListener(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var nodes []string
+	for j := range cps + workers {
+		nodes = append(nodes, benchAddMachine(ctx, b, m, cc, l, i, j, j < cps, forPods))
+	}
+	return name, nodes
+}
+
+// benchAddMachine adds machine j of cluster i (see benchAddCluster) and returns its node's name.
+func benchAddMachine(ctx context.Context, b *testing.B, m *WorkloadClustersMux, cc clusterCerts, l *WorkloadClusterListener, i, j int, controlPlane, forPods bool) string {
+	name := l.name
+	c, _ := l.GetClient()
+	now := metav1.Now()
+	node := fmt.Sprintf("c%04d-%s-%d", i, map[bool]string{true: "cp", false: "md"}[controlPlane], j)
+	n := workload.Node(workload.NodeSpec{
+		Name: node, ProviderID: "goofy://" + name + "/" + node, KubeletVersion: "v1.36.3",
+		InternalIP: fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+10), ControlPlane: controlPlane, Ready: true,
+	}, now)
+	if forPods {
+		n = benchNodeForPods(n)
+	}
+	benchCreateWithStatus(b, c, n)
+	if !controlPlane {
+		return node
+	}
+	for _, comp := range []string{workload.Etcd, workload.KubeAPIServer, workload.KubeControllerManager, workload.KubeScheduler} {
+		benchCreateWithStatus(b, c, workload.StaticPod(comp, node, "v1.36.3", "10.0.0.1", now))
+	}
+	if err := m.AddEtcdMember(name, workload.StaticPodName(workload.Etcd, node), cc.etcdCA, cc.etcdCAKey); err != nil {
+		b.Fatal(err)
+	}
+	if err := m.AddAPIServer(name, workload.StaticPodName(workload.KubeAPIServer, node), cc.ca, cc.caKey); err != nil {
+		b.Fatal(err)
+	}
+	if j == 0 {
+		for _, obj := range workload.ClusterObjects(workload.ClusterSpec{
+			ClusterName: name, KubernetesVersion: "v1.36.3", ControlPlaneEndpoint: l.HostPort(),
+			DNSDomain: "cluster.local", PodSubnet: "192.168.0.0/16", ServiceSubnet: "10.128.0.0/12",
+		}) {
+			if err := c.Create(ctx, obj); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return node
 }
 
 // benchCreateWithStatus creates obj and writes its status, as kubelet does (create ignores status).
