@@ -127,6 +127,7 @@ func benchRunningPodsFleet(b *testing.B, clusters int) {
 		b.ReportMetric(float64(after.state-before.state)/pods, "state-B/pod"+suffix)
 		b.ReportMetric(float64(after.rss-before.rss+after.state-before.state)/pods, "RSS+state-B/pod"+suffix)
 		b.ReportMetric(float64(after.rssScavenged-before.rssScavenged)/pods, "RSS-scavenged-B/pod"+suffix)
+		b.ReportMetric(float64(after.rssFile-before.rssFile)/pods, "RSS-file-B/pod"+suffix) // the state file's mapped pages
 	}
 	b.ReportMetric(allRunning.Seconds(), "s-all-running")
 	report("", fleetMemory(db))
@@ -145,13 +146,13 @@ func benchRunningPodsFleet(b *testing.B, clusters int) {
 	runtime.KeepAlive(m)
 }
 
-type fleetMem struct{ heapLive, heapInuse, rss, rssScavenged, state int64 }
+type fleetMem struct{ heapLive, heapInuse, rss, rssFile, rssScavenged, state int64 }
 
 func fleetMemory(db *storage.DB) fleetMem {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	out := fleetMem{heapLive: int64(ms.HeapAlloc), heapInuse: int64(ms.HeapInuse), rss: fleetRSS()}
+	out := fleetMem{heapLive: int64(ms.HeapAlloc), heapInuse: int64(ms.HeapInuse), rss: fleetRSS(), rssFile: procStatus("RssFile:")}
 	debug.FreeOSMemory()
 	out.rssScavenged = fleetRSS()
 	if fi, err := os.Stat(db.Path()); err == nil {
@@ -160,13 +161,16 @@ func fleetMemory(db *storage.DB) fleetMem {
 	return out
 }
 
-func fleetRSS() int64 {
+func fleetRSS() int64 { return procStatus("VmRSS:") }
+
+// procStatus reads a size in /proc/self/status, e.g. "VmRSS:" or "RssFile:", in bytes.
+func procStatus(field string) int64 {
 	data, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
 	}
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
 			return kb << 10
 		}

@@ -208,13 +208,46 @@ func (db *DB) enqueue(w write) Commit {
 	return Commit{b: db.pending, i: len(db.pending.writes) - 1}
 }
 
+// releaseAfter is how long after a commit the committer gives the pages of the file that the
+// transactions read back (see releaseMapped): at most once per interval while writes go on.
+const releaseAfter = 2 * time.Second
+
 // commitLoop commits whatever is pending, one transaction at a time, until Close.
 func (db *DB) commitLoop() {
 	defer close(db.stopped)
-	for range db.kick {
-		db.commitPending()
+	release := time.NewTimer(releaseAfter)
+	release.Stop()
+	armed := false
+	for {
+		select {
+		case _, ok := <-db.kick:
+			if !ok {
+				release.Stop()
+				db.commitPending() // what was queued between the last kick and Close
+				return
+			}
+			db.commitPending()
+			if !armed {
+				release.Reset(releaseAfter)
+				armed = true
+			}
+		case <-release.C:
+			armed = false
+			db.releaseMapped()
+		}
 	}
-	db.commitPending() // what was queued between the last kick and Close
+}
+
+// releaseMapped gives back the resident pages of the file's memory mapping. bbolt reads the file
+// through that mapping, and every page a transaction reads (the B+tree's path to each key it
+// writes) stays in the process's resident set: after a fleet's pods started, as much again as
+// the state file holds. They are only the page cache's copy of the file, mapped. The committer
+// is the only writer, so no transaction remaps the file meanwhile (a read transaction, this
+// one included, holds the mapping in place).
+func (db *DB) releaseMapped() {
+	_ = db.bolt.View(func(tx *bolt.Tx) error {
+		return releasePages(db.bolt.Info().Data, uintptr(tx.Size()))
+	})
 }
 
 func (db *DB) commitPending() {

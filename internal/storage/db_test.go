@@ -169,3 +169,31 @@ func TestFailedWriteFailsItsBucketOnly(t *testing.T) {
 	g.Expect(b).To(Equal(map[string]string{"y": "y", "z": "z"}))
 	g.Expect(db.Close()).To(Succeed())
 }
+
+// TestReleasedPagesReadBack: the file's mapped pages given back between writes (releaseMapped)
+// read back as they were, while later writes grow the file and readers load concurrently.
+func TestReleasedPagesReadBack(t *testing.T) {
+	g := NewWithT(t)
+	db, err := Open(t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer db.Close()
+	want := map[string]string{}
+	var readers sync.WaitGroup
+	for round := range 20 {
+		var commits []Commit
+		for i := range 200 {
+			key := fmt.Sprintf("/pods/default/p-%d-%d", round, i)
+			want[key] = fmt.Sprintf("%0512d", round*1000+i) // enough to grow the file and remap it
+			commits = append(commits, db.Put("c", key, uint64(round*1000+i+1), value(want[key])))
+		}
+		for _, c := range commits {
+			g.Expect(c.Wait()).To(Succeed())
+		}
+		readers.Go(func() { _, _, _ = db.Load("c", func(string, []byte) error { return nil }) })
+		db.releaseMapped()
+	}
+	readers.Wait()
+	got, _, found := load(t, db, "c")
+	g.Expect(found).To(BeTrue())
+	g.Expect(got).To(Equal(want))
+}
