@@ -127,16 +127,18 @@ func (b *simulatedMachinePoolBackend) ReconcileDelete(ctx context.Context, s *ma
 
 // instances reads the pool's instances (GoofyMachines with its instance label and owner
 // reference, with their Machines) and the cluster's other GoofyMachines (for provider ID
-// collisions) through r.
+// collisions) through r. From the cache they are not copied (a pool of 500 instances is
+// reconciled at each of their Ready transitions): the objects read are never modified.
 func (b *simulatedMachinePoolBackend) instances(ctx context.Context, r client.Reader, s *machinePoolScope) ([]poolInstance, []infrav1.GoofyMachine, error) {
 	gms := &infrav1.GoofyMachineList{}
-	if err := r.List(ctx, gms, client.InNamespace(s.pool.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: s.cluster.Name}); err != nil {
+	if err := r.List(ctx, gms, client.InNamespace(s.pool.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: s.cluster.Name},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, err
 	}
 	machines := &clusterv1.MachineList{}
 	if err := r.List(ctx, machines, client.InNamespace(s.pool.Namespace), client.MatchingLabels{
 		clusterv1.ClusterNameLabel: s.cluster.Name, clusterv1.MachinePoolNameLabel: format.MustFormatValue(s.machinePool.Name),
-	}); err != nil {
+	}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, err
 	}
 	byName := make(map[string]*clusterv1.Machine, len(machines.Items))
@@ -286,15 +288,17 @@ func (b *simulatedMachinePoolBackend) scaleDown(ctx context.Context, s *machineP
 		}
 		return a.gm.Name < b.gm.Name
 	})
+	deleted := map[*clusterv1.Machine]bool{}
 	for _, in := range candidates[:min(n, len(candidates))] {
 		ctrl.LoggerFrom(ctx).Info("Scaling down: deleting the Machine of a pool instance", "Machine", klogRef(in.machine), "GoofyMachine", klogRef(in.gm))
-		if err := b.client.Delete(ctx, in.machine, client.Preconditions{UID: &in.machine.UID}); client.IgnoreNotFound(err) != nil {
+		// A copy: the Machine read may be the cache's own object.
+		if err := b.client.Delete(ctx, in.machine.DeepCopy(), client.Preconditions{UID: &in.machine.UID}); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("deleting Machine %s of pool instance %s: %w", klogRef(in.machine), in.gm.Name, err)
 		}
-		in.machine.DeletionTimestamp = ptr.To(metav1.Now())
+		deleted[in.machine] = true
 	}
 	for i := range instances {
-		if m := instances[i].machine; m != nil && !m.DeletionTimestamp.IsZero() {
+		if deleted[instances[i].machine] {
 			instances[i].leaving = true
 		}
 	}
