@@ -368,6 +368,7 @@ func report(s *machinePoolScope, instances []poolInstance, others []infrav1.Goof
 	if active == int(desired) && len(collisions) == 0 && allHaveProviderIDs(instances) {
 		pool.Status.Initialization.Provisioned = ptr.To(true)
 	}
+	pool.Status.Ready = ptr.Deref(pool.Status.Initialization.Provisioned, false)
 	c := metav1.Condition{Type: infrav1.InstancesReadyCondition, Status: metav1.ConditionTrue, Reason: infrav1.ReadyReason,
 		Message: fmt.Sprintf("%d of %d instances Ready", ready, desired)}
 	switch {

@@ -265,6 +265,7 @@ func TestMachinePoolProvisionsOneInstancePerReplica(t *testing.T) {
 	g.Expect(p.pool.Spec.ProviderIDList).To(Equal(providerIDs(instances)))
 	g.Expect(p.pool.Status.Replicas).To(Equal(ptr.To[int32](3)))
 	g.Expect(p.pool.Status.Initialization.Provisioned).To(Equal(ptr.To(true)))
+	g.Expect(p.pool.Status.Ready).To(BeTrue(), "status.ready, which CAPI v1.14's MachinePool controller reads")
 	g.Expect(p.pool.Status.InfrastructureMachineKind).To(Equal("GoofyMachine"))
 	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.InstancesReadyCondition, metav1.ConditionFalse, infrav1.InstancesNotReadyReason))
 	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.ProviderIDsUniqueCondition, metav1.ConditionTrue, infrav1.NoProviderIDCollisionReason))

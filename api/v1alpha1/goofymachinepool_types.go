@@ -124,6 +124,12 @@ type GoofyMachinePoolStatus struct {
 	// +optional
 	Initialization GoofyMachinePoolInitializationStatus `json:"initialization,omitempty,omitzero"`
 
+	// ready mirrors initialization.provisioned for CAPI v1.14's MachinePool controller, which
+	// still reads an InfraMachinePool's status.ready (the deprecated v1beta1 contract field the
+	// v1beta2 contract keeps supporting for now) and ignores initialization.provisioned.
+	// +optional
+	Ready bool `json:"ready,omitempty"`
+
 	// replicas is the number of instances the pool has (instance GoofyMachines, including those
 	// being deleted).
 	// +optional

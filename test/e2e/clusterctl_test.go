@@ -75,7 +75,7 @@ func kindsOf(g Gomega, manifests []byte) []string {
 }
 
 // clusterctl reads the repository `make release-manifests` builds: the provider description, the
-// components and both cluster flavors (the topology flavor pulls in clusterclass-goofy.yaml).
+// components and the cluster flavors (the topology flavor pulls in clusterclass-goofy.yaml).
 func TestClusterctlGenerate(t *testing.T) {
 	ctx, g := begin(t, 10*time.Minute)
 	repo := clusterctlRepository(ctx, t, g)
@@ -110,6 +110,11 @@ func TestClusterctlGenerate(t *testing.T) {
 
 	topo := generateClusterIn(ctx, t, g, generateNamespace, "gen", "topology", "1", "1")
 	g.Expect(kindsOf(g, topo)).To(ContainElements("ClusterClass", "GoofyClusterTemplate", "KubeadmControlPlaneTemplate", "Cluster"))
+
+	pool := generateClusterIn(ctx, t, g, generateNamespace, "gen", "machinepool", "1", "3")
+	g.Expect(kindsOf(g, pool)).To(ConsistOf("Cluster", "GoofyCluster", "KubeadmControlPlane", "GoofyMachineTemplate",
+		"KubeadmConfig", "GoofyMachinePool", "MachinePool"))
+	g.Expect(string(pool)).To(ContainSubstring("replicas: 3"))
 }
 
 // clusterctl init installs CAPI core, kubeadm bootstrap and control plane, and Goofy from local

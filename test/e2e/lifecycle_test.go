@@ -512,7 +512,8 @@ func dial(ep clusterv1.APIEndpoint) error {
 }
 
 // 7. Delete: deleting a Cluster removes its machines and closes its listener, and the next cluster
-// gets the freed port (the suite's port range holds exactly as many ports as it has clusters).
+// gets the freed port (the suite's port range holds exactly as many ports as it has clusters);
+// deleting the machine-pool cluster leaves no MachinePool, GoofyMachinePool, instance or listener.
 func TestDelete(t *testing.T) {
 	ctx, g := begin(t, 15*time.Minute)
 	victim := "cc"
@@ -553,4 +554,7 @@ func TestDelete(t *testing.T) {
 		t.Logf("port range was not full (%d clusters); the new cluster got port %d, the freed one was %d", len(gcs.Items), newPort, ep.Port)
 	}
 	g.Expect(dial(s.Cluster.Spec.ControlPlaneEndpoint)).To(Succeed())
+
+	// The machine-pool cluster goes too, its pool and instances with it.
+	deleteMachinePoolCluster(ctx, g)
 }

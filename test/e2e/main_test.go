@@ -43,7 +43,8 @@ func addTiming(format string, args ...any) {
 	fmt.Fprintf(&timingsReport, format, args...)
 }
 
-const maxClusters = 3
+// maxClusters is how many clusters the suite's namespace holds at most at once: qs, upg, cc and mp.
+const maxClusters = 4
 
 // Listener ports: the suite's manager takes its few from suitePorts, the stress test's own manager
 // (stress_test.go) its range from stressPorts, so the two never share one. Both stay below the

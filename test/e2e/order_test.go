@@ -18,11 +18,12 @@ import (
 // once (25 clusters at once, or a second plane starting, beside the fault scenarios made CAPI's
 // status patches time out on the management API server and the faults' timing fail):
 //   - qs: the fault scenarios, then quick start, scale and remediation, all on cluster qs;
-//   - the others: upgrade (upg) and ClusterClass (cc) on their own clusters, then the scenarios
+//   - the others: upgrade (upg) and ClusterClass (cc) on their own clusters, machine pools (mp)
+//     after ClusterClass, then the scenarios
 //     that start planes or managers of their own (clusterctl init, the quick start command, the
 //     stress namespace's errors at scale and shards); with GOOFY_E2E_FAULTS_SLOW=1 upgrade and
 //     ClusterClass wait for the API-latency scenario, whose two clusters need two of the suite's
-//     three ports;
+//     four ports;
 //   - the restart (which kills the suite's manager) waits for both chains, then comes the delete
 //     (which removes cc), and the stress scenario (25 clusters at once) comes last, alone.
 var runsAfter = map[string][]string{
@@ -36,13 +37,14 @@ var runsAfter = map[string][]string{
 
 	"TestUpgrade":                  {"TestFaultAPILatency"},
 	"TestClusterClass":             {"TestFaultAPILatency"},
-	"TestClusterctlInit":           {"TestUpgrade", "TestClusterClass"},
+	"TestMachinePool":              {"TestClusterClass"},
+	"TestClusterctlInit":           {"TestUpgrade", "TestClusterClass", "TestMachinePool"},
 	"TestQuickStartTopologyFlavor": {"TestClusterctlInit"},
 	"TestFaultErrorsAtScale":       {"TestQuickStartTopologyFlavor"},
 	"TestShards":                   {"TestFaultErrorsAtScale"},
 
 	"TestRestart": {"TestClusterctlGenerate", "TestClusterctlInit", "TestRemediation", "TestUpgrade",
-		"TestClusterClass", "TestQuickStartTopologyFlavor", "TestShards"},
+		"TestClusterClass", "TestMachinePool", "TestQuickStartTopologyFlavor", "TestShards"},
 	"TestDelete": {"TestRestart"},
 	"TestStress": {"TestDelete"},
 }

@@ -46,7 +46,7 @@ func envPositive(name string, def int) int {
 }
 
 // TestStress creates many clusters at once through a Goofy manager of their own (its own
-// namespace and listener ports, so the suite's manager keeps its three ports for TestDelete),
+// namespace and listener ports, so the suite's manager keeps its four ports for TestDelete),
 // requires every one to become Available within a bound, none stalled, then deletes them all at
 // once and requires every listener closed. The manager runs at the client settings of issue 18's
 // stall (QPS 100, burst 200) and with a 1 h resync, so that no resync can hide a lost wake-up.

@@ -13,12 +13,13 @@ import (
 	"github.com/goofy-capi/cluster-api-provider-goofy/test/e2e/harness"
 )
 
-// The lifecycle scenarios share three clusters: qs (the quick start, 3 + 2: faults, scale,
-// remediation), upg (1 + 1 at upgradeFrom: the upgrade) and cc (the topology flavor: ClusterClass,
-// then deleted by TestDelete). A new cluster waits out at least one 30 s retry of CAPI's cluster
+// The lifecycle scenarios share four clusters: qs (the quick start, 3 + 2: faults, scale,
+// remediation), upg (1 + 1 at upgradeFrom: the upgrade), cc (the topology flavor: ClusterClass,
+// then deleted by TestDelete) and mp (the machinepool flavor, 1 + a MachinePool of 3: machine
+// pools, the restart, then deleted by TestDelete). A new cluster waits out at least one 30 s retry of CAPI's cluster
 // cache before it is Available (the first connection is tried as soon as the infrastructure is
 // provisioned, before any API server runs), so clusters created one after another, each by the
-// scenario that needs it, wait it out one after another. When the whole suite runs, the three are
+// scenario that needs it, wait it out one after another. When the whole suite runs, the four are
 // created together as soon as the plane is up; each scenario still creates its cluster if it is
 // missing (ensureCluster), so a scenario run alone (-run) behaves as before.
 func suiteClustersCreatedAtOnce() bool {
@@ -26,11 +27,11 @@ func suiteClustersCreatedAtOnce() bool {
 		return false
 	}
 	// The slow fault scenarios create two more clusters in the suite's namespace, whose port range
-	// holds only three: they need qs alone, as before.
+	// holds only four: they need qs alone, as before.
 	return os.Getenv("GOOFY_E2E_FAULTS_SLOW") != "1"
 }
 
-// createSuiteClusters applies the three shared clusters without waiting for them.
+// createSuiteClusters applies the four shared clusters without waiting for them.
 func createSuiteClusters(ctx context.Context, progress io.Writer) error {
 	var failure error
 	g := NewGomega(func(message string, _ ...int) {
@@ -38,7 +39,7 @@ func createSuiteClusters(ctx context.Context, progress io.Writer) error {
 			failure = fmt.Errorf("%s", message)
 		}
 	})
-	fmt.Fprintln(progress, "e2e: creating the shared clusters qs, upg and cc at once")
+	fmt.Fprintln(progress, "e2e: creating the shared clusters qs, upg, cc and mp at once")
 	for name, vars := range map[string]map[string]string{
 		"qs":  qsVars(),
 		"upg": {"KUBERNETES_VERSION": upgradeFrom, "CONTROL_PLANE_MACHINE_COUNT": "1", "WORKER_MACHINE_COUNT": "1"},
@@ -53,12 +54,16 @@ func createSuiteClusters(ctx context.Context, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
-	manifests, err := repo.Clusterctl(ctx, bins.Clusterctl(), nil, clusterctlGenerateArgs(ns, "cc", "topology", "1", "1")...)
-	if err != nil {
-		return err
+	for _, c := range []struct{ name, flavor, workers string }{{"cc", "topology", "1"}, {mpCluster, "machinepool", "3"}} {
+		manifests, err := repo.Clusterctl(ctx, bins.Clusterctl(), nil, clusterctlGenerateArgs(ns, c.name, c.flavor, "1", c.workers)...)
+		if err != nil {
+			return err
+		}
+		if _, err := plane.Apply(ctx, []byte(manifests)); err != nil {
+			return err
+		}
 	}
-	_, err = plane.Apply(ctx, []byte(manifests))
-	return err
+	return nil
 }
 
 // buildClusterctlRepository builds the local repositories once per suite run.

@@ -56,9 +56,11 @@ var dumpKinds = []schema.GroupVersionKind{
 	{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineSet"},
 	{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Machine"},
 	{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineHealthCheck"},
+	{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachinePool"},
 	{Group: "bootstrap.cluster.x-k8s.io", Version: "v1beta2", Kind: "KubeadmConfig"},
 	{Group: "infrastructure.cluster.x-k8s.io", Version: "v1alpha1", Kind: "GoofyCluster"},
 	{Group: "infrastructure.cluster.x-k8s.io", Version: "v1alpha1", Kind: "GoofyMachine"},
+	{Group: "infrastructure.cluster.x-k8s.io", Version: "v1alpha1", Kind: "GoofyMachinePool"},
 }
 
 // DumpObjects writes every CAPI and Goofy object of a namespace as YAML into <OutputDir>/objects-<ns>.yaml

@@ -1,0 +1,133 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
+	"github.com/goofy-capi/cluster-api-provider-goofy/test/e2e/harness"
+)
+
+// mpCluster is the machine-pool scenario's cluster. It stays for the restart (which checks that its
+// instances' Machines and Nodes survive a SIGKILL of the manager) and is deleted by TestDelete.
+const mpCluster = "mp"
+
+// Machine pools: the machinepool flavor, rendered by the real `clusterctl generate cluster
+// --flavor machinepool`, reaches Available through CAPI's MachinePool controller with MachinePool
+// Machines (one Machine per GoofyMachinePool instance) and CABPK's KubeadmConfig for MachinePools;
+// the pool scales up and down, a Machine marked cluster.x-k8s.io/delete-machine is the one a
+// scale-down removes, and every instance's Node is Ready with exactly the provider ID the
+// MachinePool lists.
+func TestMachinePool(t *testing.T) {
+	ctx, g := begin(t, 12*time.Minute)
+	if err := plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: mpCluster}, &clusterv1.Cluster{}); apierrors.IsNotFound(err) {
+		_, err := plane.Apply(ctx, generateCluster(ctx, t, g, mpCluster, "machinepool", "1", "3"))
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	waitFor(ctx, t, g, mpCluster, 5*time.Minute, "Available", harness.Available)
+	mp := waitPoolRunning(ctx, t, g, 3)
+
+	scalePool(ctx, g, mp, 10)
+	mp = waitPoolRunning(ctx, t, g, 10)
+
+	// A scale-down removes the Machine marked for deletion first, whatever its age.
+	machines := poolMachines(ctx, g)
+	chosen := machines[len(machines)/2]
+	patch := client.MergeFrom(chosen.DeepCopy())
+	chosen.Annotations = map[string]string{clusterv1.DeleteMachineAnnotation: "yes"}
+	g.Expect(plane.Client.Patch(ctx, &chosen, patch)).To(Succeed())
+	scalePool(ctx, g, mp, 9)
+	mp = waitPoolRunning(ctx, t, g, 9)
+	for _, m := range poolMachines(ctx, g) {
+		g.Expect(m.Name).NotTo(Equal(chosen.Name), "the Machine marked %s is still there", clusterv1.DeleteMachineAnnotation)
+	}
+
+	scalePool(ctx, g, mp, 2)
+	waitPoolRunning(ctx, t, g, 2)
+}
+
+// waitPoolRunning waits until the MachinePool is Running with n ready replicas, n Machines, and
+// n Ready Nodes carrying exactly the provider IDs its GoofyMachinePool lists.
+func waitPoolRunning(ctx context.Context, t *testing.T, g Gomega, n int32) *clusterv1.MachinePool {
+	t.Helper()
+	mp := &clusterv1.MachinePool{}
+	start := time.Now()
+	g.Eventually(func(g Gomega) {
+		g.Expect(plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: mpCluster + "-mp-0"}, mp)).To(Succeed())
+		g.Expect(mp.Status.Phase).To(Equal(string(clusterv1.MachinePoolPhaseRunning)))
+		g.Expect(mp.Status.ReadyReplicas).To(Equal(ptr.To(n)), "ready replicas")
+		g.Expect(mp.Status.Replicas).To(Equal(ptr.To(n)), "replicas")
+		machines := poolMachines(ctx, g)
+		g.Expect(machines).To(HaveLen(int(n)), "Machines of the pool")
+		for _, m := range machines {
+			g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)), m.Name)
+		}
+		pool := &infrav1.GoofyMachinePool{}
+		g.Expect(plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: mpCluster + "-mp-0"}, pool)).To(Succeed())
+		g.Expect(pool.Spec.ProviderIDList).To(HaveLen(int(n)))
+		g.Expect(mp.Spec.ProviderIDList).To(ConsistOf(pool.Spec.ProviderIDList), "the MachinePool's provider IDs")
+		var workers []string
+		for _, node := range readyNodes(ctx, g, mpCluster) {
+			if _, cp := node.Labels["node-role.kubernetes.io/control-plane"]; !cp {
+				workers = append(workers, node.Spec.ProviderID)
+			}
+		}
+		g.Expect(workers).To(ConsistOf(pool.Spec.ProviderIDList), "Ready worker Nodes' provider IDs")
+	}, 5*time.Minute, time.Second).Should(Succeed(), "MachinePool with %d ready replicas", n)
+	t.Logf("MachinePool Running with %d ready replicas after %.0fs", n, time.Since(start).Seconds())
+	return mp
+}
+
+// poolMachines are the Machines CAPI made for the pool's instances, not being deleted, oldest first.
+func poolMachines(ctx context.Context, g Gomega) []clusterv1.Machine {
+	var list clusterv1.MachineList
+	g.Expect(plane.Client.List(ctx, &list, client.InNamespace(ns),
+		client.MatchingLabels{clusterv1.ClusterNameLabel: mpCluster, clusterv1.MachinePoolNameLabel: mpCluster + "-mp-0"})).To(Succeed())
+	out := slices.DeleteFunc(list.Items, func(m clusterv1.Machine) bool { return m.DeletionTimestamp != nil })
+	slices.SortFunc(out, func(a, b clusterv1.Machine) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	return out
+}
+
+func scalePool(ctx context.Context, g Gomega, mp *clusterv1.MachinePool, n int32) {
+	patch := client.MergeFrom(mp.DeepCopy())
+	mp.Spec.Replicas = ptr.To(n)
+	g.Expect(plane.Client.Patch(ctx, mp, patch)).To(Succeed(), fmt.Sprintf("scale the MachinePool to %d", n))
+}
+
+// deleteMachinePoolCluster deletes the machine-pool scenario's cluster and checks that nothing of it
+// is left: no Machine, GoofyMachine (instance), GoofyMachinePool or MachinePool, and no listener.
+func deleteMachinePoolCluster(ctx context.Context, g Gomega) {
+	c := &clusterv1.Cluster{}
+	if err := plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: mpCluster}, c); apierrors.IsNotFound(err) {
+		return
+	}
+	ep := c.Spec.ControlPlaneEndpoint
+	g.Expect(plane.Client.Delete(ctx, c)).To(Succeed())
+	byCluster := client.MatchingLabels{clusterv1.ClusterNameLabel: mpCluster}
+	g.Eventually(func(g Gomega) {
+		err := plane.Client.Get(ctx, client.ObjectKeyFromObject(c), &clusterv1.Cluster{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "cluster still there")
+		var machines clusterv1.MachineList
+		g.Expect(plane.Client.List(ctx, &machines, client.InNamespace(ns), byCluster)).To(Succeed())
+		g.Expect(machines.Items).To(BeEmpty())
+		var gms infrav1.GoofyMachineList
+		g.Expect(plane.Client.List(ctx, &gms, client.InNamespace(ns), byCluster)).To(Succeed())
+		g.Expect(gms.Items).To(BeEmpty())
+		var pools infrav1.GoofyMachinePoolList
+		g.Expect(plane.Client.List(ctx, &pools, client.InNamespace(ns))).To(Succeed())
+		g.Expect(slices.ContainsFunc(pools.Items, func(p infrav1.GoofyMachinePool) bool { return p.Name == mpCluster+"-mp-0" })).To(BeFalse(), "GoofyMachinePool left")
+		var mps clusterv1.MachinePoolList
+		g.Expect(plane.Client.List(ctx, &mps, client.InNamespace(ns), byCluster)).To(Succeed())
+		g.Expect(mps.Items).To(BeEmpty())
+	}, 5*time.Minute, 2*time.Second).Should(Succeed())
+	g.Expect(dial(ep)).NotTo(Succeed(), "the listener of the deleted machine-pool cluster still accepts connections")
+}
