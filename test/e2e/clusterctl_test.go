@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -12,9 +14,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
 	"github.com/goofy-capi/cluster-api-provider-goofy/test/e2e/harness"
 )
 
@@ -59,6 +63,71 @@ func clusterctlGenerateArgs(namespace, name, flavor, cp, workers string) []strin
 	return args
 }
 
+// ccManifests renders the ClusterClass scenario's cluster with the real clusterctl: the topology
+// flavor (ClusterClass goofy: a KubeadmControlPlane and a MachineDeployment of class
+// default-worker) with the topology-machinepool flavor's machine pool (class default-worker-pool)
+// added to its topology, so that one cluster runs both worker classes of the ClusterClass. workers
+// is the replicas of each.
+func ccManifests(ctx context.Context, repo *harness.ClusterctlRepository, namespace, name, cp, workers string) ([]byte, error) {
+	topo, err := repo.Clusterctl(ctx, bins.Clusterctl(), nil, clusterctlGenerateArgs(namespace, name, "topology", cp, workers)...)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := repo.Clusterctl(ctx, bins.Clusterctl(), nil, clusterctlGenerateArgs(namespace, name, "topology-machinepool", cp, workers)...)
+	if err != nil {
+		return nil, err
+	}
+	_, poolCluster, err := findCluster(pool)
+	if err != nil {
+		return nil, err
+	}
+	pools, found, err := unstructured.NestedSlice(poolCluster.Object, "spec", "topology", "workers", "machinePools")
+	if err != nil || !found || len(pools) == 0 {
+		return nil, fmt.Errorf("the topology-machinepool flavor's Cluster has no spec.topology.workers.machinePools (%v)", err)
+	}
+	docs, cluster, err := findCluster(topo)
+	if err != nil {
+		return nil, err
+	}
+	if err := unstructured.SetNestedSlice(cluster.Object, pools, "spec", "topology", "workers", "machinePools"); err != nil {
+		return nil, err
+	}
+	data, err := yaml.Marshal(cluster.Object)
+	if err != nil {
+		return nil, err
+	}
+	for i, doc := range docs {
+		if doc == nil {
+			docs[i] = data
+			break
+		}
+	}
+	return bytes.Join(docs, []byte("\n---\n")), nil
+}
+
+// findCluster splits rendered manifests into documents and returns them with the one Cluster
+// taken out (its place is nil) and parsed.
+func findCluster(manifests string) ([][]byte, *unstructured.Unstructured, error) {
+	var docs [][]byte
+	var cluster *unstructured.Unstructured
+	for _, doc := range strings.Split(manifests, "\n---") {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			return nil, nil, err
+		}
+		if len(u.Object) > 0 && u.GetKind() == "Cluster" && cluster == nil {
+			cluster = u
+			docs = append(docs, nil)
+			continue
+		}
+		docs = append(docs, []byte(doc))
+	}
+	if cluster == nil {
+		return nil, nil, fmt.Errorf("no Cluster in the rendered manifests")
+	}
+	return docs, cluster, nil
+}
+
 // generateNamespace is the target namespace of TestClusterctlGenerate's output, which is never applied.
 const generateNamespace = "e2e-generate"
 
@@ -72,6 +141,19 @@ func kindsOf(g Gomega, manifests []byte) []string {
 		}
 	}
 	return kinds
+}
+
+// docOf returns the document of the manifests with that kind and name.
+func docOf(g Gomega, manifests []byte, kind, name string) []byte {
+	for _, doc := range strings.Split(string(manifests), "\n---") {
+		u := &unstructured.Unstructured{}
+		g.Expect(yaml.Unmarshal([]byte(doc), &u.Object)).To(Succeed())
+		if len(u.Object) > 0 && u.GetKind() == kind && u.GetName() == name {
+			return []byte(doc)
+		}
+	}
+	g.Expect(fmt.Sprintf("%s %s", kind, name)).To(BeEmpty(), "not in the rendered manifests")
+	return nil
 }
 
 // clusterctl reads the repository `make release-manifests` builds: the provider description, the
@@ -108,8 +190,44 @@ func TestClusterctlGenerate(t *testing.T) {
 	g.Expect(string(def)).To(ContainSubstring("replicas: 3"))
 	g.Expect(string(def)).To(ContainSubstring("namespace: " + generateNamespace))
 
+	// The ClusterClass comes with both worker classes and their templates: default-worker (a
+	// MachineDeployment's GoofyMachineTemplate) and default-worker-pool (a MachinePool's
+	// GoofyMachinePoolTemplate, bootstrapped by a KubeadmConfigTemplate).
+	classKinds := []string{"ClusterClass", "GoofyClusterTemplate", "KubeadmControlPlaneTemplate", "GoofyMachineTemplate",
+		"GoofyMachineTemplate", "KubeadmConfigTemplate", "GoofyMachinePoolTemplate", "KubeadmConfigTemplate"}
 	topo := generateClusterIn(ctx, t, g, generateNamespace, "gen", "topology", "1", "1")
-	g.Expect(kindsOf(g, topo)).To(ContainElements("ClusterClass", "GoofyClusterTemplate", "KubeadmControlPlaneTemplate", "Cluster"))
+	g.Expect(kindsOf(g, topo)).To(ConsistOf(append(classKinds, "Cluster")))
+	class := &clusterv1.ClusterClass{}
+	g.Expect(yaml.Unmarshal(docOf(g, topo, "ClusterClass", "goofy"), class)).To(Succeed())
+	g.Expect(class.Spec.Workers.MachineDeployments).To(ConsistOf(HaveField("Class", "default-worker")))
+	g.Expect(class.Spec.Workers.MachinePools).To(HaveLen(1))
+	mpClass := class.Spec.Workers.MachinePools[0]
+	g.Expect(mpClass.Class).To(Equal("default-worker-pool"))
+	g.Expect(mpClass.Infrastructure.TemplateRef).To(And(HaveField("Kind", "GoofyMachinePoolTemplate"),
+		HaveField("APIVersion", "infrastructure.cluster.x-k8s.io/v1alpha1")))
+	g.Expect(mpClass.Bootstrap.TemplateRef).To(And(HaveField("Kind", "KubeadmConfigTemplate"),
+		HaveField("APIVersion", "bootstrap.cluster.x-k8s.io/v1beta2")))
+	// The referenced templates are in the output, and the pool template's schema is the
+	// GoofyMachinePool's spec (what the topology controller clones into the pool).
+	g.Expect(docOf(g, topo, "KubeadmConfigTemplate", mpClass.Bootstrap.TemplateRef.Name)).NotTo(BeEmpty())
+	poolTemplate := &infrav1.GoofyMachinePoolTemplate{}
+	g.Expect(yaml.UnmarshalStrict(docOf(g, topo, "GoofyMachinePoolTemplate", mpClass.Infrastructure.TemplateRef.Name), poolTemplate)).To(Succeed())
+	g.Expect(poolTemplate.Spec.Template.Spec.Template.Spec.InMemory).NotTo(BeNil())
+	g.Expect(poolTemplate.Spec.Template.Spec.Template.Spec.InMemory.Node.Provisioning.StartupDuration.Duration).To(Equal(time.Second))
+	var topoCluster clusterv1.Cluster
+	g.Expect(yaml.Unmarshal(docOf(g, topo, "Cluster", "gen"), &topoCluster)).To(Succeed())
+	g.Expect(topoCluster.Spec.Topology.Workers.MachinePools).To(BeEmpty(), "the topology flavor's workers are a MachineDeployment only")
+
+	// Flavor topology-machinepool: the same ClusterClass, the workers in one MachinePool of the
+	// default-worker-pool class.
+	topoPool := generateClusterIn(ctx, t, g, generateNamespace, "gen", "topology-machinepool", "1", "3")
+	g.Expect(kindsOf(g, topoPool)).To(ConsistOf(append(classKinds, "Cluster")))
+	var poolCluster clusterv1.Cluster
+	g.Expect(yaml.Unmarshal(docOf(g, topoPool, "Cluster", "gen"), &poolCluster)).To(Succeed())
+	g.Expect(poolCluster.Spec.Topology.ClassRef.Name).To(Equal("goofy"))
+	g.Expect(poolCluster.Spec.Topology.Workers.MachineDeployments).To(BeEmpty())
+	g.Expect(poolCluster.Spec.Topology.Workers.MachinePools).To(ConsistOf(And(HaveField("Class", "default-worker-pool"),
+		HaveField("Name", "mp-0"), HaveField("Replicas", HaveValue(BeEquivalentTo(3))))))
 
 	pool := generateClusterIn(ctx, t, g, generateNamespace, "gen", "machinepool", "1", "3")
 	g.Expect(kindsOf(g, pool)).To(ConsistOf("Cluster", "GoofyCluster", "KubeadmControlPlane", "GoofyMachineTemplate",

@@ -426,19 +426,81 @@ func TestRemediation(t *testing.T) {
 }
 
 // 5. ClusterClass: the topology flavor, as the real `clusterctl generate cluster --flavor topology`
-// renders it from the local repository (with clusterclass-goofy.yaml), reaches Available.
+// renders it from the local repository (with clusterclass-goofy.yaml), with the machine pool of the
+// topology-machinepool flavor added (ccManifests), reaches Available: CAPI's topology controller
+// makes the MachineDeployment of class default-worker and the MachinePool of class
+// default-worker-pool (a GoofyMachinePool from the GoofyMachinePoolTemplate, a KubeadmConfig from
+// the class's KubeadmConfigTemplate), whose instance is Running with its Node Ready.
 func TestClusterClass(t *testing.T) {
 	ctx, g := begin(t, 12*time.Minute)
 	err := plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cc"}, &clusterv1.Cluster{})
 	if apierrors.IsNotFound(err) {
-		_, err := plane.Apply(ctx, generateCluster(ctx, t, g, "cc", "topology", "1", "1"))
+		manifests, err := ccManifests(ctx, clusterctlRepository(ctx, t, g), ns, "cc", "1", "1")
+		g.Expect(err).NotTo(HaveOccurred())
+		_, err = plane.Apply(ctx, manifests)
 		g.Expect(err).NotTo(HaveOccurred())
 	}
-	waitFor(ctx, t, g, "cc", 10*time.Minute, "Available with 1 control-plane and 1 worker",
-		all(harness.Available, controlPlaneHealthy(1), workersRunning(1)))
+	waitFor(ctx, t, g, "cc", 10*time.Minute, "Available with 1 control-plane, 1 MachineDeployment worker and 1 MachinePool instance",
+		all(harness.Available, controlPlaneHealthy(1), topologyWorkersRunning(1, 1)))
 	c := &clusterv1.Cluster{}
 	g.Expect(plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cc"}, c)).To(Succeed())
 	g.Expect(c.Spec.InfrastructureRef.Kind).To(Equal("GoofyCluster"), "the topology controller created the GoofyCluster from the class")
+
+	// The MachinePool of the topology: Running, 1 ready replica, its GoofyMachinePool made from the
+	// class's template, one Machine Running, and a Ready Node with the pool's provider ID.
+	start := time.Now()
+	g.Eventually(func(g Gomega) {
+		var mps clusterv1.MachinePoolList
+		g.Expect(plane.Client.List(ctx, &mps, client.InNamespace(ns), client.MatchingLabels{clusterv1.ClusterNameLabel: "cc"})).To(Succeed())
+		g.Expect(mps.Items).To(HaveLen(1), "MachinePools of cc")
+		mp := mps.Items[0]
+		g.Expect(mp.Labels).To(HaveKeyWithValue(clusterv1.ClusterTopologyMachinePoolNameLabel, "mp-0"))
+		g.Expect(mp.Status.Phase).To(Equal(string(clusterv1.MachinePoolPhaseRunning)))
+		g.Expect(mp.Status.ReadyReplicas).To(Equal(ptr.To[int32](1)), "ready replicas")
+		g.Expect(mp.Spec.Template.Spec.Bootstrap.ConfigRef.Kind).To(Equal("KubeadmConfig"))
+		g.Expect(mp.Spec.Template.Spec.InfrastructureRef.Kind).To(Equal("GoofyMachinePool"))
+		pool := &infrav1.GoofyMachinePool{}
+		g.Expect(plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: mp.Spec.Template.Spec.InfrastructureRef.Name}, pool)).To(Succeed())
+		g.Expect(pool.Labels).To(HaveKey(clusterv1.ClusterTopologyOwnedLabel))
+		g.Expect(pool.Spec.Template.Spec.InMemory).NotTo(BeNil(), "the class's instance template")
+		g.Expect(pool.Spec.Template.Spec.InMemory.Node.Provisioning.StartupDuration.Duration).To(Equal(time.Second))
+		g.Expect(pool.Spec.ProviderIDList).To(HaveLen(1))
+		g.Expect(mp.Spec.ProviderIDList).To(Equal(pool.Spec.ProviderIDList))
+		var machines clusterv1.MachineList
+		g.Expect(plane.Client.List(ctx, &machines, client.InNamespace(ns),
+			client.MatchingLabels{clusterv1.ClusterNameLabel: "cc", clusterv1.MachinePoolNameLabel: mp.Name})).To(Succeed())
+		g.Expect(machines.Items).To(ConsistOf(HaveField("Status.Phase", string(clusterv1.MachinePhaseRunning))), "Machines of the pool")
+		var providerIDs []string
+		for _, n := range readyNodes(ctx, g, "cc") {
+			providerIDs = append(providerIDs, n.Spec.ProviderID)
+		}
+		g.Expect(providerIDs).To(ContainElement(pool.Spec.ProviderIDList[0]), "a Ready Node with the instance's provider ID")
+	}, 3*time.Minute, time.Second).Should(Succeed(), "the topology's MachinePool Running with its Node Ready")
+	t.Logf("the topology's MachinePool Running with its Node Ready %.0fs after cc was Available", time.Since(start).Seconds())
+}
+
+// topologyWorkersRunning: workersRunning for a cluster whose workers are md MachineDeployment
+// machines and pool MachinePool machines: the MachineDeployments want and have md ready replicas,
+// and there are exactly md+pool worker machines, all Running with a node.
+func topologyWorkersRunning(md, pool int32) func(harness.ClusterStatus) bool {
+	return func(s harness.ClusterStatus) bool {
+		var ready, desired int32
+		for _, d := range s.MachineDeployments {
+			ready += ptr.Deref(d.Status.ReadyReplicas, 0)
+			desired += ptr.Deref(d.Spec.Replicas, 0)
+		}
+		var machines int32
+		for _, m := range s.Machines {
+			if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; cp {
+				continue
+			}
+			if m.Status.Phase != string(clusterv1.MachinePhaseRunning) || !m.Status.NodeRef.IsDefined() {
+				return false
+			}
+			machines++
+		}
+		return desired == md && ready == md && machines == md+pool
+	}
 }
 
 // 6. Restart: the Goofy manager is killed with SIGKILL and started again; every cluster answers and

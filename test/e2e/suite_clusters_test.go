@@ -14,8 +14,9 @@ import (
 )
 
 // The lifecycle scenarios share four clusters: qs (the quick start, 3 + 2: faults, scale,
-// remediation), upg (1 + 1 at upgradeFrom: the upgrade), cc (the topology flavor: ClusterClass,
-// then deleted by TestDelete) and mp (the machinepool flavor, 1 + a MachinePool of 3: machine
+// remediation), upg (1 + 1 at upgradeFrom: the upgrade), cc (the topology flavor with the
+// topology-machinepool flavor's pool: 1 + 1 MachineDeployment worker + a MachinePool of 1,
+// ClusterClass, then deleted by TestDelete) and mp (the machinepool flavor, 1 + a MachinePool of 3: machine
 // pools, the restart, then deleted by TestDelete). A new cluster waits out at least one 30 s retry of CAPI's cluster
 // cache before it is Available (the first connection is tried as soon as the infrastructure is
 // provisioned, before any API server runs), so clusters created one after another, each by the
@@ -54,16 +55,19 @@ func createSuiteClusters(ctx context.Context, progress io.Writer) error {
 	if err != nil {
 		return err
 	}
-	for _, c := range []struct{ name, flavor, workers string }{{"cc", "topology", "1"}, {mpCluster, "machinepool", "3"}} {
-		manifests, err := repo.Clusterctl(ctx, bins.Clusterctl(), nil, clusterctlGenerateArgs(ns, c.name, c.flavor, "1", c.workers)...)
-		if err != nil {
-			return err
-		}
-		if _, err := plane.Apply(ctx, []byte(manifests)); err != nil {
-			return err
-		}
+	cc, err := ccManifests(ctx, repo, ns, "cc", "1", "1")
+	if err != nil {
+		return err
 	}
-	return nil
+	if _, err := plane.Apply(ctx, cc); err != nil {
+		return err
+	}
+	manifests, err := repo.Clusterctl(ctx, bins.Clusterctl(), nil, clusterctlGenerateArgs(ns, mpCluster, "machinepool", "1", "3")...)
+	if err != nil {
+		return err
+	}
+	_, err = plane.Apply(ctx, []byte(manifests))
+	return err
 }
 
 // buildClusterctlRepository builds the local repositories once per suite run.
