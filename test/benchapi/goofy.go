@@ -37,8 +37,10 @@ type Goofy struct {
 // stateDir ("" keeps it in memory only).
 func StartGoofy(port int, stateDir string, seed []client.Object, log logr.Logger) (*Goofy, error) {
 	store.WarmUp() // as main.go: the SSA schema is built before the first request
-	// As main.go with its default flags: the simulated components run in the cluster, workloads on.
-	opts := []store.ManagerOption{store.WithSimulator(simulate.New(simulate.Options{Workloads: true}))}
+	// The components every cluster runs (garbage collector, namespace controller, node leases, pod
+	// termination), as main.go attaches them; workloads off, as CAPD in-memory has none: the seed's
+	// Deployments and DaemonSets create no pods, so both sides list the same seeded objects.
+	opts := []store.ManagerOption{store.WithSimulator(simulate.New(simulate.Options{}))}
 	g := &Goofy{}
 	if stateDir != "" {
 		db, err := storage.Open(stateDir)
