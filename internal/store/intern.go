@@ -148,8 +148,13 @@ func internPod(pod *corev1.Pod) {
 // (maps are encoded in key order), is its content as bytes.
 type protoElem[E any] interface {
 	*E
-	Marshal() ([]byte, error)
+	Size() int
+	MarshalToSizedBuffer([]byte) (int, error)
 }
+
+// canonicalBuffers are the buffers the parts' encodings are hashed from: every pod write encodes
+// a few, and none outlives the lookup.
+var canonicalBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 // internProto returns the table's slice of the same content as v, adding v (its spare capacity
 // cut, so that appending to a shared slice never writes into it) when there is none.
@@ -157,15 +162,19 @@ func internProto[E any, P protoElem[E]](t *weakTable[E], v []E) []E {
 	if len(v) == 0 {
 		return v
 	}
-	var canonical []byte
+	bp := canonicalBuffers.Get().(*[]byte)
+	defer canonicalBuffers.Put(bp)
+	canonical := (*bp)[:0]
 	for i := range v {
-		data, err := P(&v[i]).Marshal()
-		if err != nil {
+		n := P(&v[i]).Size()
+		canonical = binary.AppendUvarint(canonical, uint64(n))
+		start := len(canonical)
+		canonical = slices.Grow(canonical, n)[:start+n]
+		if _, err := P(&v[i]).MarshalToSizedBuffer(canonical[start:]); err != nil {
 			return v
 		}
-		canonical = binary.AppendUvarint(canonical, uint64(len(data)))
-		canonical = append(canonical, data...)
 	}
+	*bp = canonical
 	return t.intern(v[:len(v):len(v)], canonical)
 }
 
