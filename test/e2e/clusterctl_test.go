@@ -67,9 +67,12 @@ func clusterctlGenerateArgs(namespace, name, flavor, cp, workers string) []strin
 // flavor (ClusterClass goofy: a KubeadmControlPlane and a MachineDeployment of class
 // default-worker) with the topology-machinepool flavor's machine pool (class default-worker-pool)
 // added to its topology, so that one cluster runs both worker classes of the ClusterClass. workers
-// is the replicas of each.
+// is the replicas of each. Its VMs take ccVMStartupDuration (GOOFY_VM_STARTUP_DURATION, the
+// ClusterClass variable vmStartupDuration), which the class's patches set on every machine template,
+// the GoofyMachinePoolTemplate's included.
 func ccManifests(ctx context.Context, repo *harness.ClusterctlRepository, namespace, name, cp, workers string) ([]byte, error) {
-	topo, err := repo.Clusterctl(ctx, bins.Clusterctl(), nil, clusterctlGenerateArgs(namespace, name, "topology", cp, workers)...)
+	env := []string{"GOOFY_VM_STARTUP_DURATION=" + ccVMStartupDuration.String()}
+	topo, err := repo.Clusterctl(ctx, bins.Clusterctl(), env, clusterctlGenerateArgs(namespace, name, "topology", cp, workers)...)
 	if err != nil {
 		return nil, err
 	}
@@ -104,6 +107,10 @@ func ccManifests(ctx context.Context, repo *harness.ClusterctlRepository, namesp
 	}
 	return bytes.Join(docs, []byte("\n---\n")), nil
 }
+
+// ccVMStartupDuration is the cc cluster's vmStartupDuration: not the ClusterClass templates' 1s, so
+// that TestClusterClass sees the class's patch reach the GoofyMachinePool.
+const ccVMStartupDuration = 1500 * time.Millisecond
 
 // findCluster splits rendered manifests into documents and returns them with the one Cluster
 // taken out (its place is nil) and parsed.

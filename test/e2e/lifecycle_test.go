@@ -429,8 +429,9 @@ func TestRemediation(t *testing.T) {
 // renders it from the local repository (with clusterclass-goofy.yaml), with the machine pool of the
 // topology-machinepool flavor added (ccManifests), reaches Available: CAPI's topology controller
 // makes the MachineDeployment of class default-worker and the MachinePool of class
-// default-worker-pool (a GoofyMachinePool from the GoofyMachinePoolTemplate, a KubeadmConfig from
-// the class's KubeadmConfigTemplate), whose instance is Running with its Node Ready.
+// default-worker-pool (a GoofyMachinePool from the GoofyMachinePoolTemplate, patched with the
+// cluster's vmStartupDuration, and a KubeadmConfig from the class's KubeadmConfigTemplate), whose
+// instance is Running with its Node Ready.
 func TestClusterClass(t *testing.T) {
 	ctx, g := begin(t, 12*time.Minute)
 	err := plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "cc"}, &clusterv1.Cluster{})
@@ -463,7 +464,9 @@ func TestClusterClass(t *testing.T) {
 		g.Expect(plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: mp.Spec.Template.Spec.InfrastructureRef.Name}, pool)).To(Succeed())
 		g.Expect(pool.Labels).To(HaveKey(clusterv1.ClusterTopologyOwnedLabel))
 		g.Expect(pool.Spec.Template.Spec.InMemory).NotTo(BeNil(), "the class's instance template")
-		g.Expect(pool.Spec.Template.Spec.InMemory.Node.Provisioning.StartupDuration.Duration).To(Equal(time.Second))
+		g.Expect(pool.Spec.Template.Spec.InMemory.Node.Provisioning.StartupDuration.Duration).To(Equal(time.Second), "the template's node timing")
+		g.Expect(pool.Spec.Template.Spec.InMemory.VM.Provisioning.StartupDuration.Duration).To(Equal(ccVMStartupDuration),
+			"the cluster's vmStartupDuration, set by the class's workerTimings patch")
 		g.Expect(pool.Spec.ProviderIDList).To(HaveLen(1))
 		g.Expect(mp.Spec.ProviderIDList).To(Equal(pool.Spec.ProviderIDList))
 		var machines clusterv1.MachineList
@@ -476,7 +479,7 @@ func TestClusterClass(t *testing.T) {
 		}
 		g.Expect(providerIDs).To(ContainElement(pool.Spec.ProviderIDList[0]), "a Ready Node with the instance's provider ID")
 	}, 3*time.Minute, time.Second).Should(Succeed(), "the topology's MachinePool Running with its Node Ready")
-	t.Logf("the topology's MachinePool Running with its Node Ready %.0fs after cc was Available", time.Since(start).Seconds())
+	t.Logf("the topology's MachinePool Running with its Node Ready (checked in %.0fs once cc was Available with 3 machines Running)", time.Since(start).Seconds())
 }
 
 // topologyWorkersRunning: workersRunning for a cluster whose workers are md MachineDeployment
