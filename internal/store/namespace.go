@@ -74,6 +74,7 @@ func (c *Cluster) deleteNamespaceLocked(b *servedResource, cur client.Object, op
 		cur = next
 	}
 	if len(cur.(*corev1.Namespace).Spec.Finalizers) > 0 {
+		//lint:ignore ST1005 upstream's message, verbatim
 		return nil, apierrors.NewConflict(gr, cur.GetName(), errors.New("The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system."))
 	}
 	return c.deleteObjectLocked(b, cur, options)

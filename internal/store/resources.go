@@ -41,10 +41,7 @@ type servedResource struct {
 	storedAs *servedResource
 }
 
-var (
-	podsGR  = corev1.SchemeGroupVersion.WithResource("pods").GroupResource()
-	nodesGR = corev1.SchemeGroupVersion.WithResource("nodes").GroupResource()
-)
+var podsGR = corev1.SchemeGroupVersion.WithResource("pods").GroupResource()
 
 type registry struct {
 	byGVR map[schema.GroupVersionResource]*servedResource

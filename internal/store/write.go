@@ -525,9 +525,11 @@ func (b *servedResource) gcFinalizers(obj client.Object, options *metav1.DeleteO
 			break
 		}
 	}
+	//lint:ignore SA1019 kube-apiserver still honours the deprecated orphanDependents, before propagationPolicy
+	orphanDependents := options.OrphanDependents
 	switch {
-	case options.OrphanDependents != nil:
-		orphan, foreground = *options.OrphanDependents, false
+	case orphanDependents != nil:
+		orphan, foreground = *orphanDependents, false
 	case options.PropagationPolicy != nil:
 		orphan = *options.PropagationPolicy == metav1.DeletePropagationOrphan
 		foreground = *options.PropagationPolicy == metav1.DeletePropagationForeground
