@@ -135,26 +135,7 @@ func controlPlaneHealthy(want int32) func(harness.ClusterStatus) bool {
 
 // workersRunning: the MachineDeployments want n replicas in total and have exactly n machines, all
 // Running with a node and ready.
-func workersRunning(n int32) func(harness.ClusterStatus) bool {
-	return func(s harness.ClusterStatus) bool {
-		var ready, desired int32
-		for _, md := range s.MachineDeployments {
-			ready += ptr.Deref(md.Status.ReadyReplicas, 0)
-			desired += ptr.Deref(md.Spec.Replicas, 0)
-		}
-		var machines int32
-		for _, m := range s.Machines {
-			if _, cp := m.Labels[clusterv1.MachineControlPlaneLabel]; cp {
-				continue
-			}
-			if m.Status.Phase != string(clusterv1.MachinePhaseRunning) || !m.Status.NodeRef.IsDefined() {
-				return false
-			}
-			machines++
-		}
-		return desired == n && ready == n && machines == n
-	}
-}
+func workersRunning(n int32) func(harness.ClusterStatus) bool { return topologyWorkersRunning(n, 0) }
 
 func all(conds ...func(harness.ClusterStatus) bool) func(harness.ClusterStatus) bool {
 	return func(s harness.ClusterStatus) bool {
