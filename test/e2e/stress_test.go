@@ -32,9 +32,12 @@ const (
 	defaultStressClusters = 25
 	defaultStressRounds   = 1
 	// stressAvailableTimeout bounds a round's wait for every cluster to be Available: a cluster
-	// that is not by then has stalled (a lost wake-up waits for the 1 h resync).
-	stressAvailableTimeout = 5 * time.Minute
-	stressDeleteTimeout    = 3 * time.Minute
+	// that is not by then has stalled (a lost wake-up waits for the 1 h resync). Alone a round
+	// takes about 85 s; at the end of the suite the management kube-apiserver is far busier
+	// (CAPI's Machine status patches, many answered 409) and rounds took 133-233 s and, once,
+	// more than 5 minutes: the bound stays far below the resync, where a stall would show.
+	stressAvailableTimeout = 10 * time.Minute
+	stressDeleteTimeout    = 5 * time.Minute
 	stressPhase            = "250ms"
 )
 
