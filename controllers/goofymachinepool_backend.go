@@ -41,21 +41,6 @@ func (r *GoofyMachinePoolReconciler) machinePoolBackend(s *machinePoolScope) Mac
 	return &simulatedMachinePoolBackend{client: r.Client, live: r.reader()}
 }
 
-// azureMachinePoolBackend is the place of Azure scale sets, which are not supported yet: the pool
-// says so in its conditions and creates nothing.
-type azureMachinePoolBackend struct{ client client.Client }
-
-func (azureMachinePoolBackend) ReconcileNormal(_ context.Context, s *machinePoolScope) (ctrl.Result, error) {
-	msg := "the Azure backend does not provide machine pools yet (scale sets come later); use an inMemory GoofyCluster"
-	conditions.Set(s.pool, metav1.Condition{Type: infrav1.InstancesReadyCondition, Status: metav1.ConditionFalse, Reason: infrav1.BackendNotSupportedReason, Message: msg})
-	return ctrl.Result{}, nil
-}
-
-func (b azureMachinePoolBackend) ReconcileDelete(ctx context.Context, s *machinePoolScope) (bool, error) {
-	// Instances made while the cluster was simulated still go.
-	return deletePoolInstances(ctx, b.client, s.pool)
-}
-
 // simulatedMachinePoolBackend keeps one instance GoofyMachine per MachinePool replica. CAPI
 // creates a Machine for each (MachinePool Machines) and the GoofyMachine reconciler provisions its
 // simulated node, bootstrapped with the MachinePool's data secret (poolInstanceMachine). To scale
