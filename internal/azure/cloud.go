@@ -114,6 +114,7 @@ type (
 	}
 	scaleSetLister interface {
 		NewListPager(resourceGroupName string, options *armcompute.VirtualMachineScaleSetsClientListOptions) *runtime.Pager[armcompute.VirtualMachineScaleSetsClientListResponse]
+		Get(ctx context.Context, resourceGroupName, scaleSetName string, options *armcompute.VirtualMachineScaleSetsClientGetOptions) (armcompute.VirtualMachineScaleSetsClientGetResponse, error)
 	}
 	scaleSetVMLister interface {
 		NewListPager(resourceGroupName, scaleSetName string, options *armcompute.VirtualMachineScaleSetVMsClientListOptions) *runtime.Pager[armcompute.VirtualMachineScaleSetVMsClientListResponse]
@@ -290,7 +291,7 @@ func armClientOptions(ctx context.Context, cfg Config, askIMDS bool) (*arm.Clien
 }
 
 // UID returns the cluster UID whose tag selects the cluster's resources.
-func (c *Cloud) UID(context.Context) (string, error) {
+func (c *Cloud) UID(ctx context.Context) (string, error) {
 	return c.uid, nil
 }
 

@@ -59,7 +59,7 @@ type IMDSRetry struct {
 var DefaultIMDSRetry = IMDSRetry{MaxAttempts: 12, InitialDelay: 500 * time.Millisecond, MaxDelay: 8 * time.Second, AttemptTimeout: 5 * time.Second}
 
 // IMDSOption configures an IMDSClient.
-type IMDSOption func(*IMDSClient)
+type IMDSOption func(client *IMDSClient)
 
 // WithIMDSEndpoint sets the IMDS base URL (scheme and host, e.g. "http://127.0.0.1:8080"); it wins
 // over GOOFY_AZURE_IMDS_ENDPOINT.

@@ -33,6 +33,7 @@ type vmCandidate struct {
 // vmFields are the parts of a VM or scale-set VM that decide whether and how it is listed.
 type vmFields struct {
 	kind     string // for log messages: "VM" or "scale-set VM"
+	chosen   string // for log messages: why the VM is a candidate; empty: "tagged for the cluster"
 	id, name *string
 	tags     map[string]*string
 	zones    []*string
@@ -55,7 +56,12 @@ func (c *Cloud) List(ctx context.Context) ([]metadata.InstanceMetadata, error) {
 		return nil, err
 	}
 	candidates = append(candidates, more...)
+	return c.describeAll(ctx, candidates)
+}
 
+// describeAll reads the candidates' NICs and returns the instances that have a private IP, sorted
+// by name, then provider ID.
+func (c *Cloud) describeAll(ctx context.Context, candidates []vmCandidate) ([]metadata.InstanceMetadata, error) {
 	// One NIC request per VM; run a few at once so large clusters list in reasonable time.
 	results := make([]*metadata.InstanceMetadata, len(candidates))
 	g, gctx := errgroup.WithContext(ctx)
@@ -166,23 +172,37 @@ func (c *Cloud) scaleSetVMCandidates(ctx context.Context, scaleSet string, scale
 				maps.DeleteFunc(tags, func(old string, _ *string) bool { return strings.EqualFold(old, k) })
 				tags[k] = v
 			}
-			f := vmFields{kind: "scale-set VM", id: vm.ID, name: vm.Name, tags: tags, zones: vm.Zones}
-			if vm.Properties != nil {
-				f.network, f.os = vm.Properties.NetworkProfile, vm.Properties.OSProfile
+			f := scaleSetVMFields(vm, tags)
+			if cand, ok := c.scaleSetVMCandidate(scaleSet, vm, f, c.candidate); ok {
+				out = append(out, cand)
 			}
-			cand, ok := c.candidate(f)
-			if !ok {
-				continue
-			}
-			if vm.InstanceID == nil || *vm.InstanceID == "" {
-				c.skip(f, "it has no instance ID")
-				continue
-			}
-			cand.scaleSet, cand.instanceID = scaleSet, *vm.InstanceID
-			out = append(out, cand)
 		}
 	}
 	return out, nil
+}
+
+// scaleSetVMFields are the fields of a uniform scale set's VM, with the tags given.
+func scaleSetVMFields(vm *armcompute.VirtualMachineScaleSetVM, tags map[string]*string) vmFields {
+	f := vmFields{kind: "scale-set VM", id: vm.ID, name: vm.Name, tags: tags, zones: vm.Zones}
+	if vm.Properties != nil {
+		f.network, f.os = vm.Properties.NetworkProfile, vm.Properties.OSProfile
+	}
+	return f
+}
+
+// scaleSetVMCandidate describes a uniform scale set's VM with describe (which also decides
+// whether it is wanted); one without an instance ID is skipped.
+func (c *Cloud) scaleSetVMCandidate(scaleSet string, vm *armcompute.VirtualMachineScaleSetVM, f vmFields, describe func(vmFields) (vmCandidate, bool)) (vmCandidate, bool) {
+	cand, ok := describe(f)
+	if !ok {
+		return vmCandidate{}, false
+	}
+	if vm.InstanceID == nil || *vm.InstanceID == "" {
+		c.skip(f, "it has no instance ID")
+		return vmCandidate{}, false
+	}
+	cand.scaleSet, cand.instanceID = scaleSet, *vm.InstanceID
+	return cand, true
 }
 
 // candidate decides whether a VM belongs to the cluster and describes it. VMs of other clusters
@@ -193,6 +213,27 @@ func (c *Cloud) candidate(f vmFields) (vmCandidate, bool) {
 		c.log.Debug("skipping "+f.kind+" of another cluster", "id", deref(f.id), "name", deref(f.name))
 		return vmCandidate{}, false
 	}
+	return c.describe(f, c.roleTag)
+}
+
+// roleTag reads a VM's role from its role tag.
+func (c *Cloud) roleTag(f vmFields) (metadata.Role, bool) {
+	roleTag, ok := tagValue(f.tags, c.tags.Role)
+	if !ok {
+		c.skip(f, fmt.Sprintf("it has no %q tag", c.tags.Role))
+		return "", false
+	}
+	role, err := metadata.ParseRole(roleTag)
+	if err != nil {
+		c.skip(f, fmt.Sprintf("tag %q: %v", c.tags.Role, err))
+		return "", false
+	}
+	return role, true
+}
+
+// describe turns a VM into a candidate (everything but its IPs), its role given by roleOf. A VM
+// that cannot be described (no ID, no role, no name) is skipped at warning level.
+func (c *Cloud) describe(f vmFields, roleOf func(vmFields) (metadata.Role, bool)) (vmCandidate, bool) {
 	if f.id == nil || *f.id == "" {
 		c.skip(f, "it has no resource ID")
 		return vmCandidate{}, false
@@ -202,14 +243,8 @@ func (c *Cloud) candidate(f vmFields) (vmCandidate, bool) {
 		c.skip(f, err.Error())
 		return vmCandidate{}, false
 	}
-	roleTag, ok := tagValue(f.tags, c.tags.Role)
+	role, ok := roleOf(f)
 	if !ok {
-		c.skip(f, fmt.Sprintf("it has no %q tag", c.tags.Role))
-		return vmCandidate{}, false
-	}
-	role, err := metadata.ParseRole(roleTag)
-	if err != nil {
-		c.skip(f, fmt.Sprintf("tag %q: %v", c.tags.Role, err))
 		return vmCandidate{}, false
 	}
 	name := ""
@@ -235,7 +270,7 @@ func (c *Cloud) candidate(f vmFields) (vmCandidate, bool) {
 }
 
 func (c *Cloud) skip(f vmFields, reason string) {
-	c.log.Warn("skipping "+f.kind+" tagged for the cluster: "+reason, "id", deref(f.id), "name", deref(f.name))
+	c.log.Warn("skipping "+f.kind+" "+cmp.Or(f.chosen, "tagged for the cluster")+": "+reason, "id", deref(f.id), "name", deref(f.name))
 }
 
 // primaryNICRef picks the NIC marked primary, or the first one (Azure makes the first NIC primary
