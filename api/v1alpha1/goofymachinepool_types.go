@@ -93,6 +93,12 @@ type GoofyMachinePoolSpec struct {
 	// cluster.x-k8s.io/delete-machine annotation and those not Ready: Oldest (default) or Newest.
 	// +optional
 	DeletePolicy MachinePoolDeletePolicy `json:"deletePolicy,omitempty"`
+
+	// azure maps the pool to an Azure scale set when its GoofyCluster uses the Azure backend
+	// (spec.backend.azure): the scale set's VMs are the pool's instances (docs/machinepools.md).
+	// Ignored on the simulated backend.
+	// +optional
+	Azure *AzureMachinePoolBackend `json:"azure,omitempty"`
 }
 
 // GoofyMachinePoolInstanceTemplate is the metadata and spec of a pool's instance GoofyMachines.
