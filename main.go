@@ -84,6 +84,7 @@ type options struct {
 	metricsBindAddress   string
 	listenerHost         string
 	listenerBindAddress  string
+	listenerAddresses    string
 	listenerPortRange    string
 	shutdownTimeout      time.Duration
 	stateDir             string
@@ -133,6 +134,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 
 	fs.StringVar(&o.listenerHost, "listener-host", envOr("POD_IP", "127.0.0.1"), "Host advertised in workload cluster endpoints (default: $POD_IP, else 127.0.0.1).")
 	fs.StringVar(&o.listenerBindAddress, "listener-bind-address", "", "Address workload cluster listeners bind to (default: the listener host if it is an IP, else 0.0.0.0).")
+	fs.StringVar(&o.listenerAddresses, "listener-addresses", "", "IP addresses to spread workload cluster listeners over, each with the whole --listener-port-range, e.g. 127.0.0.1-127.0.0.8, 127.0.0.0/29 or 10.0.0.5,10.0.0.6 (comma-separated addresses, FIRST-LAST ranges, CIDR prefixes; at most 4096). A listener binds to one of them and its endpoint advertises that address (--listener-host is then not used, and --listener-bind-address must be empty); the first address's ports are handed out first. Empty (the default): one bind address, as --listener-bind-address says (docs/scaling.md).")
 	fs.StringVar(&o.listenerPortRange, "listener-port-range", fmt.Sprintf("%d-%d", mux.DefaultPortMin, mux.DefaultPortMax), "Inclusive port range of workload cluster listeners, e.g. 20000-29999.")
 	fs.StringVar(&o.profilerAddress, "profiler-address", "", "Bind address of the pprof endpoint (e.g. 127.0.0.1:6060); empty disables it.")
 	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir(), "Directory that keeps every workload cluster's state across restarts (one bbolt database; a write is answered once it is on disk). Empty keeps state in memory only.")
@@ -328,6 +330,17 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 	if err != nil {
 		return err
 	}
+	listenerOpts := []mux.Option{mux.WithPortRange(portMin, portMax), mux.WithBindAddress(o.listenerBindAddress)}
+	if o.listenerAddresses != "" {
+		if o.listenerBindAddress != "" {
+			return errors.New("--listener-addresses and --listener-bind-address exclude each other")
+		}
+		addrs, err := mux.ParseListenerAddresses(o.listenerAddresses)
+		if err != nil {
+			return fmt.Errorf("--listener-addresses: %w", err)
+		}
+		listenerOpts = []mux.Option{mux.WithPortRange(portMin, portMax), mux.WithListenerAddresses(addrs...)}
+	}
 	tlsOpts, metricsOpts, err := flags.GetManagerOptions(o.manager)
 	if err != nil {
 		return fmt.Errorf("invalid TLS or diagnostics flags: %w", err)
@@ -355,11 +368,20 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 	simulator := simulate.New(o.workloads)
 	storeOpts = append(storeOpts, store.WithSimulator(simulator))
 	wcl, err := mux.NewWorkloadClustersMux(store.NewManager(storeOpts...), o.listenerHost,
-		mux.WithPortRange(portMin, portMax), mux.WithBindAddress(o.listenerBindAddress), mux.WithLogger(ctrl.Log.WithName("mux")),
-		mux.WithClusterOptions(store.ClusterOptions{StorageQuota: storageQuota(o.workloadStorageQuota)}),
-		mux.WithTLSOptions(listenerTLS(tlsOpts)), mux.WithLimits(o.workloadLimits))
+		append(listenerOpts, mux.WithLogger(ctrl.Log.WithName("mux")),
+			mux.WithClusterOptions(store.ClusterOptions{StorageQuota: storageQuota(o.workloadStorageQuota)}),
+			mux.WithTLSOptions(listenerTLS(tlsOpts)), mux.WithLimits(o.workloadLimits))...)
 	if err != nil {
 		return err
+	}
+	// Every listener and every connection to it is a file descriptor.
+	if files, err := mux.RaiseOpenFileLimit(); err != nil {
+		log.Error(err, "Could not read or raise the open file limit")
+	} else if need := mux.FilesFor(wcl.Capacity()); files < need {
+		log.Info("The open file limit is below what the listener addresses and port range can hold; raise it (ulimit -n, the container runtime's nofile limit) or expect accepts to fail",
+			"limit", files, "listeners", wcl.Capacity(), "needed", need)
+	} else {
+		log.V(1).Info("Open file limit", "limit", files)
 	}
 
 	cacheOpts := cache.Options{
@@ -472,7 +494,7 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 		return fmt.Errorf("setting up the GoofyMachinePool controller: %w", err)
 	}
 
-	log.Info("Starting manager", "listenerHost", o.listenerHost, "portRange", o.listenerPortRange, "namespace", o.namespace, "watchFilter", o.watchFilter)
+	log.Info("Starting manager", "listenerHost", o.listenerHost, "listenerAddresses", o.listenerAddresses, "portRange", o.listenerPortRange, "namespace", o.namespace, "watchFilter", o.watchFilter)
 	return mgr.Start(ctx)
 }
 

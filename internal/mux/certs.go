@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"sigs.k8s.io/cluster-api/util/certs"
@@ -38,7 +39,9 @@ func newAPIServerCert(ca *x509.Certificate, caKey crypto.Signer, advertisedHost 
 		IPs:      []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback},
 	}
 	if ip := net.ParseIP(advertisedHost); ip != nil {
-		if !ip.IsLoopback() {
+		// Loopback addresses other than 127.0.0.1 too: listener addresses (WithListenerAddresses)
+		// are often 127.0.0.2 and on.
+		if !slices.ContainsFunc(alt.IPs, ip.Equal) {
 			alt.IPs = append(alt.IPs, ip)
 		}
 	} else if advertisedHost != "" && advertisedHost != "localhost" {

@@ -62,6 +62,16 @@ func DefaultLimits() Limits {
 	}
 }
 
+// FilesPerCluster is how many open files a serving workload cluster takes in steady state: its
+// listener, the connection of CAPI's cluster cache (its watches and reads share one HTTP/2
+// connection), and one more for a health check's port-forward tunnel or another client.
+const FilesPerCluster = 3
+
+// FilesFor is the open file limit (RLIMIT_NOFILE) a process serving clusters workload clusters
+// needs: FilesPerCluster each, and 1,024 for the rest (the management cluster's client, its
+// watches, the state file, the webhook and metrics servers).
+func FilesFor(clusters int) uint64 { return uint64(clusters)*FilesPerCluster + 1024 }
+
 // WithLimits sets the listeners' limits (default: DefaultLimits).
 func WithLimits(l Limits) Option { return func(m *WorkloadClustersMux) { m.limits = l } }
 

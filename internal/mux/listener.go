@@ -37,9 +37,13 @@ const (
 
 // WorkloadClusterListener is one workload cluster's TLS endpoint.
 type WorkloadClusterListener struct {
-	mux     *WorkloadClustersMux
-	name    string
+	mux  *WorkloadClustersMux
+	name string
+	// addr and port are the listener's endpoint (addr empty: the mux's one bind address), host
+	// the host it advertises.
+	addr    string
 	port    int
+	host    string
 	cluster *store.Cluster
 
 	// lifecycle serializes the decisions to start and stop serving with their execution: a stop
@@ -88,26 +92,34 @@ type WorkloadClusterListener struct {
 	serveDone   chan struct{}
 }
 
-func newListener(m *WorkloadClustersMux, name string, port int, cluster *store.Cluster) *WorkloadClusterListener {
+func newListener(m *WorkloadClustersMux, name string, ep endpoint, cluster *store.Cluster) *WorkloadClusterListener {
 	return &WorkloadClusterListener{
 		mux:        m,
 		name:       name,
-		port:       port,
+		addr:       ep.addr,
+		port:       ep.port,
+		host:       m.advertised(ep),
 		cluster:    cluster,
 		apiServers: map[string]struct{}{},
 		etcdCerts:  map[string]*tls.Certificate{},
 	}
 }
 
-// Host is the advertised host.
-func (l *WorkloadClusterListener) Host() string { return l.mux.host }
+// Host is the advertised host: the listener's address with listener addresses
+// (WithListenerAddresses), else the mux's host.
+func (l *WorkloadClusterListener) Host() string { return l.host }
+
+// BindAddress is the address the listener binds to.
+func (l *WorkloadClusterListener) BindAddress() string { return l.mux.bindAddr(l.endpoint()) }
+
+func (l *WorkloadClusterListener) endpoint() endpoint { return endpoint{addr: l.addr, port: l.port} }
 
 // Port is the listener's port.
 func (l *WorkloadClusterListener) Port() int { return l.port }
 
 // HostPort is host:port, as used in the cluster's endpoint.
 func (l *WorkloadClusterListener) HostPort() string {
-	return net.JoinHostPort(l.mux.host, strconv.Itoa(l.port))
+	return net.JoinHostPort(l.host, strconv.Itoa(l.port))
 }
 
 // Address is the https URL of the workload cluster's API server.
@@ -192,7 +204,7 @@ func (l *WorkloadClusterListener) addAPIServer(podName string, ca *x509.Certific
 	l.caPool = x509.NewCertPool()
 	l.caPool.AddCert(ca)
 	if needsRenewal(l.servingCert, time.Now()) {
-		cert, err := newAPIServerCert(ca, caKey, l.mux.host)
+		cert, err := newAPIServerCert(ca, caKey, l.host)
 		if err != nil {
 			return fmt.Errorf("issuing the API server certificate of %s: %w", l.name, err)
 		}
@@ -293,9 +305,9 @@ func (l *WorkloadClusterListener) hasEtcdMember(podName string) bool {
 
 // startLocked binds the port and serves. l.mu is held.
 func (l *WorkloadClusterListener) startLocked() error {
-	ln, err := net.Listen("tcp", net.JoinHostPort(l.mux.bindAddress, strconv.Itoa(l.port)))
+	ln, err := net.Listen("tcp", net.JoinHostPort(l.BindAddress(), strconv.Itoa(l.port)))
 	if err != nil {
-		return fmt.Errorf("%w: port %d of %s: %w", ErrPortUnavailable, l.port, l.name, err)
+		return fmt.Errorf("%w: %s of %s: %w", ErrPortUnavailable, l.mux.describe(l.endpoint()), l.name, err)
 	}
 	pf, err := portforward.NewHandler(portforward.Options{
 		FindPod: l.findPod,
@@ -435,7 +447,7 @@ func (l *WorkloadClusterListener) decide(c *conn, hello *tls.ClientHelloInfo) (*
 		return nil, fmt.Errorf("workload cluster %s has no API server", l.name)
 	}
 	if needsRenewal(l.servingCert, time.Now()) {
-		if cert, err := newAPIServerCert(l.ca, l.caKey, l.mux.host); err == nil {
+		if cert, err := newAPIServerCert(l.ca, l.caKey, l.host); err == nil {
 			l.servingCert = cert
 		}
 	}
@@ -510,7 +522,7 @@ func (l *WorkloadClusterListener) lookupPodPort(_ context.Context, namespace, na
 // dialSelf connects a forwarded stream back into this listener; the client's TLS (with the pod
 // name as server name) flows through it unchanged and picks the member's certificate.
 func (l *WorkloadClusterListener) dialSelf(ctx context.Context, _, pod string, port int32) (net.Conn, error) {
-	host := l.mux.bindAddress
+	host := l.BindAddress()
 	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
 		host = "127.0.0.1"
 	}

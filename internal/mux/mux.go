@@ -5,6 +5,7 @@
 package mux
 
 import (
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/tls"
@@ -13,8 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,6 +61,17 @@ func WithPortRange(min, max int) Option {
 // IP address, else all interfaces).
 func WithBindAddress(addr string) Option {
 	return func(m *WorkloadClustersMux) { m.bindAddress = addr }
+}
+
+// WithListenerAddresses spreads the listeners over several IP addresses (ParseListenerAddresses),
+// each with the whole port range, so that the mux holds len(addrs) × ports-in-range listeners:
+// a listener binds to one of them and advertises it as its host (Host, the endpoint handed to
+// CAPI), whatever host NewWorkloadClustersMux was given. The range of the first address is
+// handed out first, then the next address's. It excludes WithBindAddress. Without it (or with
+// one address, which behaves the same but advertises that address), every listener binds to
+// the one bind address and advertises the mux's host, as before.
+func WithListenerAddresses(addrs ...string) Option {
+	return func(m *WorkloadClustersMux) { m.addresses = addrs }
 }
 
 // WithClusterOptions sets the options of every workload cluster's store (quota, history, ...).
@@ -104,15 +118,17 @@ type WorkloadClustersMux struct {
 	clusterOpts store.ClusterOptions
 	host        string
 	bindAddress string
-	portMin     int
-	portMax     int
-	tls         TLSOptions
-	limits      Limits
-	log         logr.Logger
+	// addresses are the listener addresses of WithListenerAddresses, canonical, nil without it.
+	addresses []string
+	portMin   int
+	portMax   int
+	tls       TLSOptions
+	limits    Limits
+	log       logr.Logger
 
 	mu        sync.Mutex
 	listeners map[string]*WorkloadClusterListener
-	ports     map[int]string       // port -> cluster key, of listeners and of reservations
+	ports     map[endpoint]string  // endpoint -> cluster key, of listeners and of reservations
 	owners    map[string]types.UID // cluster key -> UID of the object holding it (see ClaimWorkloadClusterListener)
 	// reservations are the ports taken for a claim to come (ReserveWorkloadClusterPort), by
 	// cluster key: a key has a reservation or a listener, never both.
@@ -121,9 +137,9 @@ type WorkloadClustersMux struct {
 	// each cluster's objects (see listenerRecord): restored by HotRestart, they decide who may
 	// have a port after a restart. recorded is the same by port.
 	records  map[string]listenerRecord
-	recorded map[int]string
+	recorded map[endpoint]string
 	now      func() time.Time // the clock reservations expire by
-	nextPort int
+	nextSlot int              // where allocateLocked looks first, an index of the address × port space
 	closed   bool
 }
 
@@ -138,11 +154,11 @@ func NewWorkloadClustersMux(manager *store.Manager, host string, opts ...Option)
 		limits:    DefaultLimits(),
 		log:       logr.Discard(),
 		listeners: map[string]*WorkloadClusterListener{},
-		ports:     map[int]string{},
+		ports:     map[endpoint]string{},
 
 		reservations: map[string]portReservation{},
 		records:      map[string]listenerRecord{},
-		recorded:     map[int]string{},
+		recorded:     map[endpoint]string{},
 		now:          time.Now,
 	}
 	for _, o := range opts {
@@ -157,6 +173,17 @@ func NewWorkloadClustersMux(manager *store.Manager, host string, opts ...Option)
 	if m.portMin < 1 || m.portMax > 65535 || m.portMin > m.portMax {
 		return nil, fmt.Errorf("mux: invalid port range %d-%d", m.portMin, m.portMax)
 	}
+	if len(m.addresses) > 0 {
+		if m.bindAddress != "" {
+			return nil, errors.New("mux: a bind address and listener addresses exclude each other")
+		}
+		addrs, err := canonicalAddresses(m.addresses)
+		if err != nil {
+			return nil, fmt.Errorf("mux: %w", err)
+		}
+		m.addresses = addrs
+		m.host = addrs[0]
+	}
 	if m.bindAddress == "" {
 		if ip := net.ParseIP(host); ip != nil {
 			m.bindAddress = host
@@ -164,12 +191,19 @@ func NewWorkloadClustersMux(manager *store.Manager, host string, opts ...Option)
 			m.bindAddress = "0.0.0.0"
 		}
 	}
-	m.nextPort = m.portMin
 	return m, nil
 }
 
-// Host is the advertised host of every listener.
+// Host is the advertised host of every listener; with listener addresses (WithListenerAddresses),
+// the first of them (each listener advertises its own: WorkloadClusterListener.Host).
 func (m *WorkloadClustersMux) Host() string { return m.host }
+
+// Addresses are the listener addresses (WithListenerAddresses), nil without them.
+func (m *WorkloadClustersMux) Addresses() []string { return slices.Clone(m.addresses) }
+
+// Capacity is how many listeners the mux can hold at most: the ports of the range on every
+// listener address.
+func (m *WorkloadClustersMux) Capacity() int { return m.slots() }
 
 // PortRange is the inclusive range listener ports are taken from (--listener-port-range).
 func (m *WorkloadClustersMux) PortRange() (min, max int) { return m.portMin, m.portMax }
@@ -178,13 +212,14 @@ func (m *WorkloadClustersMux) PortRange() (min, max int) { return m.portMin, m.p
 // the default namespaces). It does not serve until the first AddAPIServer. Calling it again for the
 // same cluster returns the existing listener.
 func (m *WorkloadClustersMux) InitWorkloadClusterListener(wclName string) (*WorkloadClusterListener, error) {
-	return m.initListener(wclName, 0, "")
+	return m.initListener(wclName, "", 0, "")
 }
 
-// initListener reserves port (or any free port when 0) for wclName. The port reserved for
-// wclName by owner (ReserveWorkloadClusterPort) is free for that claim alone.
-func (m *WorkloadClustersMux) initListener(wclName string, port int, owner types.UID) (*WorkloadClusterListener, error) {
-	l, wait, err := m.initListenerLocked(wclName, port, owner)
+// initListener reserves host:port (or any free endpoint when port is 0) for wclName; an empty host
+// is the one of the cluster's reservation or record on that port, else the first address. The
+// endpoint reserved for wclName by owner (ReserveWorkloadClusterPort) is free for that claim alone.
+func (m *WorkloadClustersMux) initListener(wclName, host string, port int, owner types.UID) (*WorkloadClusterListener, error) {
+	l, wait, err := m.initListenerLocked(wclName, host, port, owner)
 	if err != nil {
 		return nil, err
 	}
@@ -196,39 +231,46 @@ func (m *WorkloadClustersMux) initListener(wclName string, port int, owner types
 	return l, nil
 }
 
-func (m *WorkloadClustersMux) initListenerLocked(wclName string, port int, owner types.UID) (*WorkloadClusterListener, func() error, error) {
+func (m *WorkloadClustersMux) initListenerLocked(wclName, host string, port int, owner types.UID) (*WorkloadClusterListener, func() error, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil, nil, errors.New("mux is shut down")
 	}
+	addr := m.addrOf(host)
 	if l, ok := m.listeners[wclName]; ok {
-		if port != 0 && l.port != port {
-			return nil, nil, fmt.Errorf("%w: workload cluster %s already listens on port %d, not %d", ErrPortNotHeld, wclName, l.port, port)
+		if port != 0 && (l.port != port || addr != "" && addr != l.addr) {
+			return nil, nil, fmt.Errorf("%w: workload cluster %s already listens on %s, not %s", ErrPortNotHeld, wclName,
+				m.describe(l.endpoint()), m.describe(endpoint{addr: cmp.Or(addr, l.addr), port: port}))
 		}
-		return l, m.recordLocked(wclName, l.port, owner), nil
+		return l, m.recordLocked(wclName, l.endpoint(), owner), nil
 	}
 	m.expireReservationsLocked()
 	res, reserved := m.reservations[wclName]
-	mine := reserved && owner != "" && res.owner == owner && (port == 0 || port == res.port)
+	mine := reserved && owner != "" && res.owner == owner && (port == 0 || port == res.ep.port && (addr == "" || addr == res.ep.addr))
+	var ep endpoint
 	if mine {
-		port = res.port
-		delete(m.ports, port) // for this claim alone: the mutex is held until it ends
+		ep = res.ep
+		delete(m.ports, ep) // for this claim alone: the mutex is held until it ends
 	}
 	var err error
 	if !mine {
 		m.forgetEarlierOwnerLocked(wclName, owner)
-		if rec, ok := m.records[wclName]; ok && port == 0 {
-			port = rec.Port // the cluster's own port, from before a restart
+		rec, recorded := m.records[wclName]
+		switch {
+		case port == 0 && recorded:
+			ep = rec.endpoint() // the cluster's own endpoint, from before a restart
+		case port != 0:
+			ep = m.resolve(wclName, addr, port)
 		}
-		err = m.mayHoldLocked(wclName, port)
+		err = m.mayHoldLocked(wclName, ep)
 	}
 	if err != nil {
 		// nothing to allocate
-	} else if port == 0 {
-		port, err = m.allocatePortLocked()
+	} else if ep.port == 0 {
+		ep, err = m.allocateLocked()
 	} else {
-		err = m.reservePortLocked(port)
+		err = m.reserveLocked(ep)
 	}
 	var cluster *store.Cluster
 	if err == nil {
@@ -243,7 +285,7 @@ func (m *WorkloadClustersMux) initListenerLocked(wclName string, port int, owner
 	}
 	if err != nil {
 		if mine {
-			m.ports[res.port] = wclName // the reservation waits on, until it expires
+			m.ports[res.ep] = wclName // the reservation waits on, until it expires
 		}
 		return nil, nil, err
 	}
@@ -251,47 +293,49 @@ func (m *WorkloadClustersMux) initListenerLocked(wclName string, port int, owner
 		// With a listener, the workload cluster's reservation (whoever took it) has no use left.
 		m.dropReservationLocked(wclName)
 	}
-	l := newListener(m, wclName, port, cluster)
+	l := newListener(m, wclName, ep, cluster)
 	m.listeners[wclName] = l
-	m.ports[port] = wclName
-	m.log.V(2).Info("Reserved workload cluster listener", "cluster", wclName, "port", port)
-	return l, m.recordLocked(wclName, port, owner), nil
+	m.ports[ep] = wclName
+	m.log.V(2).Info("Reserved workload cluster listener", "cluster", wclName, "address", m.describe(ep))
+	return l, m.recordLocked(wclName, ep, owner), nil
 }
 
-// allocatePortLocked hands out the next free, bindable port, cycling through the range so a freed
-// port is reused only after the others: clients that cached an old endpoint fail fast instead of
-// reaching a different cluster.
-func (m *WorkloadClustersMux) allocatePortLocked() (int, error) {
-	size := m.portMax - m.portMin + 1
-	for i := 0; i < size; i++ {
-		p := m.nextPort
-		m.nextPort++
-		if m.nextPort > m.portMax {
-			m.nextPort = m.portMin
-		}
-		if _, taken := m.ports[p]; taken {
+// allocateLocked hands out the next free, bindable endpoint, cycling through the ports of the
+// range on every listener address in turn (the first address's range first), so a freed
+// endpoint is reused only after the others: clients that cached an old endpoint fail fast
+// instead of reaching a different cluster.
+func (m *WorkloadClustersMux) allocateLocked() (endpoint, error) {
+	slots := m.slots()
+	for range slots {
+		ep := m.slot(m.nextSlot)
+		m.nextSlot = (m.nextSlot + 1) % slots
+		if _, taken := m.ports[ep]; taken {
 			continue
 		}
-		if _, recorded := m.recorded[p]; recorded {
+		if _, recorded := m.recorded[ep]; recorded {
 			continue // another workload cluster's, from before a restart
 		}
-		if bindError(m.bindAddress, p) == nil {
-			return p, nil
+		if bindError(m.bindAddr(ep), ep.port) == nil {
+			return ep, nil
 		}
 	}
-	return 0, fmt.Errorf("%w (%d-%d)", ErrPortRangeExhausted, m.portMin, m.portMax)
+	if len(m.addresses) > 0 {
+		return endpoint{}, fmt.Errorf("%w (%d-%d on each of %d listener addresses, %d endpoints)",
+			ErrPortRangeExhausted, m.portMin, m.portMax, len(m.addresses), slots)
+	}
+	return endpoint{}, fmt.Errorf("%w (%d-%d)", ErrPortRangeExhausted, m.portMin, m.portMax)
 }
 
-func (m *WorkloadClustersMux) reservePortLocked(port int) error {
-	if port < 1 || port > 65535 {
-		return fmt.Errorf("invalid port %d", port)
+func (m *WorkloadClustersMux) reserveLocked(ep endpoint) error {
+	if ep.port < 1 || ep.port > 65535 {
+		return fmt.Errorf("invalid port %d", ep.port)
 	}
-	if owner, taken := m.ports[port]; taken {
-		m.log.V(2).Info("Port is taken", "port", port, "by", owner)
-		return fmt.Errorf("%w: port %d is held by another workload cluster", ErrPortNotHeld, port)
+	if owner, taken := m.ports[ep]; taken {
+		m.log.V(2).Info("Port is taken", "address", m.describe(ep), "by", owner)
+		return fmt.Errorf("%w: %s is held by another workload cluster", ErrPortNotHeld, m.describe(ep))
 	}
-	if err := bindError(m.bindAddress, port); err != nil {
-		return fmt.Errorf("%w: port %d: %w", ErrPortUnavailable, port, err)
+	if err := bindError(m.bindAddr(ep), ep.port); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrPortUnavailable, m.describe(ep), err)
 	}
 	return nil
 }
@@ -371,7 +415,7 @@ func (m *WorkloadClustersMux) DeleteWorkloadClusterListener(wclName string) erro
 	l, ok := m.listeners[wclName]
 	if ok {
 		delete(m.listeners, wclName)
-		delete(m.ports, l.port)
+		delete(m.ports, l.endpoint())
 	}
 	delete(m.owners, wclName)
 	m.dropReservationLocked(wclName)
@@ -405,11 +449,12 @@ func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) err
 	type claim struct {
 		gc   *infrav1.GoofyCluster
 		key  string
+		host string
 		port int
 	}
 	var claims []claim
 	var keep []string
-	byPort := map[int]map[string]bool{}
+	byPort := map[endpoint]map[string]bool{}
 	for i := range clusters.Items {
 		gc := &clusters.Items[i]
 		port := int(gc.Spec.ControlPlaneEndpoint.Port)
@@ -418,11 +463,13 @@ func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) err
 		}
 		key := ClusterKey(gc.Namespace, ClusterNameOf(gc))
 		keep = append(keep, key)
-		claims = append(claims, claim{gc: gc, key: key, port: port})
-		if byPort[port] == nil {
-			byPort[port] = map[string]bool{}
+		host := gc.Spec.ControlPlaneEndpoint.Host
+		claims = append(claims, claim{gc: gc, key: key, host: host, port: port})
+		ep := endpoint{addr: m.addrOf(host), port: port}
+		if byPort[ep] == nil {
+			byPort[ep] = map[string]bool{}
 		}
-		byPort[port][key] = true
+		byPort[ep][key] = true
 	}
 	var errs []error
 	// State on disk of clusters deleted while the process was down, with their records: first,
@@ -441,11 +488,13 @@ func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) err
 	m.mu.Lock()
 	for i, c := range claims {
 		m.forgetEarlierOwnerLocked(c.key, c.gc.UID)
-		verdicts[i] = m.mayHoldLocked(c.key, c.port)
-		if verdicts[i] == nil && len(byPort[c.port]) > 1 {
+		ep := m.resolve(c.key, m.addrOf(c.host), c.port)
+		verdicts[i] = m.mayHoldLocked(c.key, ep)
+		same := byPort[endpoint{addr: m.addrOf(c.host), port: c.port}]
+		if verdicts[i] == nil && len(same) > 1 {
 			if _, ok := m.records[c.key]; !ok {
-				verdicts[i] = fmt.Errorf("%w: port %d is recorded by the GoofyClusters of %d workload clusters and no record says which held it",
-					ErrPortNotHeld, c.port, len(byPort[c.port]))
+				verdicts[i] = fmt.Errorf("%w: %s is recorded by the GoofyClusters of %d workload clusters and no record says which held it",
+					ErrPortNotHeld, m.describe(ep), len(same))
 			}
 		}
 	}
@@ -456,7 +505,7 @@ func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) err
 			errs = append(errs, fmt.Errorf("workload cluster %s: %w", c.key, verdicts[i]))
 			continue
 		}
-		l, err := m.restoreListener(c.key, c.port, c.gc.UID)
+		l, err := m.restoreListener(c.key, c.host, c.port, c.gc.UID)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("workload cluster %s: %w", c.key, err))
 			continue
@@ -466,7 +515,7 @@ func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) err
 		if err := l.SetFaults(context.Background(), ClusterFaults(c.gc.Spec.Simulation, time.Now()).Faults); err != nil {
 			errs = append(errs, fmt.Errorf("workload cluster %s: %w", c.key, err))
 		}
-		m.log.Info("Restored workload cluster listener", "cluster", c.key, "port", c.port)
+		m.log.Info("Restored workload cluster listener", "cluster", c.key, "address", l.HostPort())
 	}
 	return kerrors.NewAggregate(errs)
 }
@@ -478,11 +527,15 @@ func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) err
 // listenerRecordName names the record in the store.
 const listenerRecordName = "listener"
 
-// listenerRecord is what is kept: the port the workload cluster's listener held.
+// listenerRecord is what is kept: the port the workload cluster's listener held, and the listener
+// address it held it on (WithListenerAddresses; empty for the one bind address).
 type listenerRecord struct {
-	Port int       `json:"port"`
-	UID  types.UID `json:"uid,omitempty"`
+	Port    int       `json:"port"`
+	UID     types.UID `json:"uid,omitempty"`
+	Address string    `json:"address,omitempty"`
 }
+
+func (r listenerRecord) endpoint() endpoint { return endpoint{addr: r.Address, port: r.Port} }
 
 // ErrPortNotHeld is returned when a workload cluster asks for a port that is not its own: another
 // workload cluster's, one other than the port it held, or one outside the listener port range.
@@ -495,32 +548,39 @@ func (m *WorkloadClustersMux) loadRecords() error {
 		return fmt.Errorf("reading the listener records: %w", err)
 	}
 	recs := map[string]listenerRecord{}
-	byPort := map[int][]string{}
+	byPort := map[endpoint][]string{}
 	for key, data := range raw {
 		var rec listenerRecord
 		if err := json.Unmarshal(data, &rec); err != nil || rec.Port < 1 || rec.Port > 65535 {
 			m.log.Error(err, "Ignoring a malformed listener record", "cluster", key, "record", string(data))
 			continue
 		}
+		// A record of the one bind address is the first listener address's, and the other way
+		// round: the endpoints of a manager that starts using listener addresses do not move.
+		rec.Address = m.addrOf(rec.Address)
+		if rec.Address == "" && len(m.addresses) > 0 {
+			rec.Address = m.addresses[0]
+		}
 		recs[key] = rec
-		byPort[rec.Port] = append(byPort[rec.Port], key)
+		byPort[rec.endpoint()] = append(byPort[rec.endpoint()], key)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for key, rec := range recs {
-		if len(byPort[rec.Port]) > 1 {
+		ep := rec.endpoint()
+		if len(byPort[ep]) > 1 {
 			// Records of one port for two clusters cannot both be right (the state was tampered
 			// with): neither decides, whichever is read first.
-			m.log.Info("Workload clusters' records hold the same port; none is trusted", "port", rec.Port, "clusters", byPort[rec.Port])
+			m.log.Info("Workload clusters' records hold the same port; none is trusted", "address", m.describe(ep), "clusters", byPort[ep])
 			continue
 		}
-		if other, ok := m.recorded[rec.Port]; ok && other != key {
+		if other, ok := m.recorded[ep]; ok && other != key {
 			continue // a listener of this process holds it
 		}
 		if _, ok := m.listeners[key]; !ok {
 			m.dropRecordLocked(key)
 			m.records[key] = rec
-			m.recorded[rec.Port] = key
+			m.recorded[ep] = key
 		}
 	}
 	return nil
@@ -528,18 +588,18 @@ func (m *WorkloadClustersMux) loadRecords() error {
 
 // recordLocked records that the workload cluster's listener holds port for owner (an empty owner
 // keeps the UID recorded for that port) and returns the wait for the record to be on disk.
-func (m *WorkloadClustersMux) recordLocked(wclName string, port int, owner types.UID) func() error {
+func (m *WorkloadClustersMux) recordLocked(wclName string, ep endpoint, owner types.UID) func() error {
 	rec, ok := m.records[wclName]
-	if owner == "" && ok && rec.Port == port {
+	if owner == "" && ok && rec.endpoint() == ep {
 		owner = rec.UID
 	}
-	next := listenerRecord{Port: port, UID: owner}
+	next := listenerRecord{Port: ep.port, UID: owner, Address: ep.addr}
 	if ok && rec == next {
 		return func() error { return nil }
 	}
 	m.dropRecordLocked(wclName)
 	m.records[wclName] = next
-	m.recorded[port] = wclName
+	m.recorded[ep] = wclName
 	data, err := json.Marshal(next)
 	if err != nil {
 		return func() error { return err }
@@ -552,33 +612,40 @@ func (m *WorkloadClustersMux) recordLocked(wclName string, port int, owner types
 func (m *WorkloadClustersMux) dropRecordLocked(wclName string) {
 	if rec, ok := m.records[wclName]; ok {
 		delete(m.records, wclName)
-		if m.recorded[rec.Port] == wclName {
-			delete(m.recorded, rec.Port)
+		if m.recorded[rec.endpoint()] == wclName {
+			delete(m.recorded, rec.endpoint())
 		}
 	}
 }
 
-// mayHoldLocked says whether the workload cluster may take port (0: any free one). A cluster with
-// a record may take only its recorded port; no cluster may take a port another cluster's record
-// holds, nor a port outside the range unless its record holds it.
-func (m *WorkloadClustersMux) mayHoldLocked(wclName string, port int) error {
-	if port == 0 {
+// mayHoldLocked says whether the workload cluster may take ep (port 0: any free one). A cluster
+// with a record may take only its recorded endpoint; no cluster may take an endpoint another
+// cluster's record holds, nor a port outside the range (or an address that is not a listener
+// address) unless its record holds it.
+func (m *WorkloadClustersMux) mayHoldLocked(wclName string, ep endpoint) error {
+	if ep.port == 0 {
 		return nil
 	}
 	rec, ok := m.records[wclName]
 	switch {
-	case ok && rec.Port == port:
+	case ok && rec.endpoint() == ep:
 		return nil
+	case ok && rec.Address != ep.addr:
+		return fmt.Errorf("%w: workload cluster %s held %s, not %s: set spec.controlPlaneEndpoint back to host %s, port %d",
+			ErrPortNotHeld, wclName, m.describe(rec.endpoint()), m.describe(ep), rec.Address, rec.Port)
 	case ok:
 		return fmt.Errorf("%w: workload cluster %s held port %d, not %d: set spec.controlPlaneEndpoint.port back to %d",
-			ErrPortNotHeld, wclName, rec.Port, port, rec.Port)
+			ErrPortNotHeld, wclName, rec.Port, ep.port, rec.Port)
 	}
-	if other, held := m.recorded[port]; held && other != wclName {
-		m.log.V(2).Info("Port is recorded for another workload cluster", "cluster", wclName, "port", port, "holder", other)
-		return fmt.Errorf("%w: port %d is held by another workload cluster", ErrPortNotHeld, port)
+	if other, held := m.recorded[ep]; held && other != wclName {
+		m.log.V(2).Info("Port is recorded for another workload cluster", "cluster", wclName, "address", m.describe(ep), "holder", other)
+		return fmt.Errorf("%w: %s is held by another workload cluster", ErrPortNotHeld, m.describe(ep))
 	}
-	if port < m.portMin || port > m.portMax {
-		return fmt.Errorf("%w: port %d is outside the listener port range %d-%d", ErrPortNotHeld, port, m.portMin, m.portMax)
+	if ep.port < m.portMin || ep.port > m.portMax {
+		return fmt.Errorf("%w: port %d is outside the listener port range %d-%d", ErrPortNotHeld, ep.port, m.portMin, m.portMax)
+	}
+	if len(m.addresses) > 0 && !slices.Contains(m.addresses, ep.addr) {
+		return fmt.Errorf("%w: host %s is not one of the listener addresses %s", ErrPortNotHeld, ep.addr, strings.Join(m.addresses, ","))
 	}
 	return nil
 }
@@ -605,7 +672,7 @@ func (m *WorkloadClustersMux) forgetEarlierOwnerLocked(wclName string, owner typ
 		return
 	}
 	m.log.Info("Forgot the port record of an earlier workload cluster of the same name, whose state is deleted",
-		"cluster", wclName, "port", rec.Port, "previousOwner", prev, "owner", owner)
+		"cluster", wclName, "address", m.describe(rec.endpoint()), "previousOwner", prev, "owner", owner)
 	m.dropRecordLocked(wclName)
 }
 
@@ -619,49 +686,82 @@ func (m *WorkloadClustersMux) CheckWorkloadClusterState(wclName string, owner ty
 	return nil
 }
 
-// PortHolder says which workload cluster holds port, and for which UID (empty when unowned): its
-// listener, its reservation, or its record from before a restart.
+// PortHolder is EndpointHolder on the mux's host (Host): the one bind address, or the first
+// listener address.
 func (m *WorkloadClustersMux) PortHolder(port int) (wclName string, owner types.UID, held bool) {
+	return m.EndpointHolder(m.host, port)
+}
+
+// EndpointHolder says which workload cluster holds host:port, and for which UID (empty when
+// unowned): its listener, its reservation, or its record from before a restart. Without listener
+// addresses the host does not matter: there is one bind address.
+func (m *WorkloadClustersMux) EndpointHolder(host string, port int) (wclName string, owner types.UID, held bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expireReservationsLocked()
-	if key, ok := m.ports[port]; ok {
-		if res, reserved := m.reservations[key]; reserved && res.port == port {
+	ep := endpoint{addr: m.addrOf(host), port: port}
+	if ep.addr == "" && len(m.addresses) > 0 {
+		ep.addr = m.addresses[0]
+	}
+	if key, ok := m.ports[ep]; ok {
+		if res, reserved := m.reservations[key]; reserved && res.ep == ep {
 			return key, res.owner, true
 		}
 		return key, m.owners[key], true
 	}
-	if key, ok := m.recorded[port]; ok {
+	if key, ok := m.recorded[ep]; ok {
 		return key, m.records[key].UID, true
 	}
 	return "", "", false
 }
 
-// HeldPort is the port the workload cluster holds: its listener's, its reservation's, or its
-// record's from before a restart.
+// HeldPort is the port the workload cluster holds (HeldEndpoint).
 func (m *WorkloadClustersMux) HeldPort(wclName string) (int, bool) {
+	_, port, ok := m.HeldEndpoint(wclName)
+	return port, ok
+}
+
+// HeldEndpoint is the endpoint the workload cluster holds: its listener's, its reservation's, or
+// its record's from before a restart; host is the host it advertises.
+func (m *WorkloadClustersMux) HeldEndpoint(wclName string) (host string, port int, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if l, ok := m.listeners[wclName]; ok {
-		return l.port, true
+		return l.host, l.port, true
 	}
 	if res, ok := m.reservations[wclName]; ok && m.now().Before(res.expires) {
-		return res.port, true
+		return m.advertised(res.ep), res.ep.port, true
 	}
 	if rec, ok := m.records[wclName]; ok {
-		return rec.Port, true
+		return m.advertised(rec.endpoint()), rec.Port, true
 	}
-	return 0, false
+	return "", 0, false
 }
 
 // OtherClustersOnPort returns the GoofyClusters of gcs whose spec.controlPlaneEndpoint records port
 // for a workload cluster other than wclName (copies of its GoofyCluster share its endpoint), leaving
-// out those deleted already but for their finalizers' removal.
+// out those deleted already but for their finalizers' removal. The host is not compared: see
+// OtherClustersOnEndpoint for a mux with listener addresses.
 func OtherClustersOnPort(gcs []infrav1.GoofyCluster, wclName string, port int) []*infrav1.GoofyCluster {
+	return otherClustersOn(gcs, wclName, port, func(string) bool { return true })
+}
+
+// OtherClustersOnEndpoint is OtherClustersOnPort for host:port: with listener addresses
+// (WithListenerAddresses), a GoofyCluster whose endpoint has the same port on another address is
+// not on it.
+func (m *WorkloadClustersMux) OtherClustersOnEndpoint(gcs []infrav1.GoofyCluster, wclName, host string, port int) []*infrav1.GoofyCluster {
+	addr := m.addrOf(host)
+	return otherClustersOn(gcs, wclName, port, func(h string) bool { return m.addrOf(h) == addr })
+}
+
+func otherClustersOn(gcs []infrav1.GoofyCluster, wclName string, port int, sameHost func(string) bool) []*infrav1.GoofyCluster {
 	var out []*infrav1.GoofyCluster
 	for i := range gcs {
 		gc := &gcs[i]
 		if port == 0 || int(gc.Spec.ControlPlaneEndpoint.Port) != port || !gc.DeletionTimestamp.IsZero() && len(gc.Finalizers) == 0 {
+			continue
+		}
+		if !sameHost(gc.Spec.ControlPlaneEndpoint.Host) {
 			continue
 		}
 		if ClusterKey(gc.Namespace, ClusterNameOf(gc)) != wclName {
@@ -760,7 +860,7 @@ func (m *WorkloadClustersMux) Shutdown(ctx context.Context) error {
 // InitWorkloadClusterListenerOnPort is InitWorkloadClusterListener on a given port: the port a
 // cluster's endpoint already records. An existing listener on another port is an error.
 func (m *WorkloadClustersMux) InitWorkloadClusterListenerOnPort(wclName string, port int) (*WorkloadClusterListener, error) {
-	return m.initListener(wclName, port, "")
+	return m.initListener(wclName, "", port, "")
 }
 
 // Ownership: which object holds a workload cluster. A workload cluster is keyed by
@@ -774,6 +874,13 @@ var ErrHeldByAnother = errors.New("workload cluster is held by another object")
 // with UID owner, which holds the workload cluster from then on. It fails with ErrHeldByAnother
 // while another UID holds it.
 func (m *WorkloadClustersMux) ClaimWorkloadClusterListener(wclName string, port int, owner types.UID) (*WorkloadClusterListener, error) {
+	return m.ClaimWorkloadClusterEndpoint(wclName, "", port, owner)
+}
+
+// ClaimWorkloadClusterEndpoint is ClaimWorkloadClusterListener on host:port, the endpoint a
+// GoofyCluster records. The host matters only with listener addresses (WithListenerAddresses);
+// an empty one is that of the cluster's reservation or record on port, else the first address.
+func (m *WorkloadClustersMux) ClaimWorkloadClusterEndpoint(wclName, host string, port int, owner types.UID) (*WorkloadClusterListener, error) {
 	if owner == "" {
 		return nil, errors.New("mux: claiming a workload cluster needs the owner's UID")
 	}
@@ -788,7 +895,7 @@ func (m *WorkloadClustersMux) ClaimWorkloadClusterListener(wclName string, port 
 	}
 	m.owners[wclName] = owner
 	m.mu.Unlock()
-	l, err := m.initListener(wclName, port, owner)
+	l, err := m.initListener(wclName, host, port, owner)
 	if err != nil && !held {
 		m.mu.Lock()
 		if _, listening := m.listeners[wclName]; !listening && m.owners[wclName] == owner {
@@ -801,11 +908,11 @@ func (m *WorkloadClustersMux) ClaimWorkloadClusterListener(wclName string, port 
 
 // restoreListener is HotRestart's claim: for owner, or unowned when the object has no UID (one
 // built in a test rather than read from the API server).
-func (m *WorkloadClustersMux) restoreListener(wclName string, port int, owner types.UID) (*WorkloadClusterListener, error) {
+func (m *WorkloadClustersMux) restoreListener(wclName, host string, port int, owner types.UID) (*WorkloadClusterListener, error) {
 	if owner == "" {
-		return m.initListener(wclName, port, "")
+		return m.initListener(wclName, host, port, "")
 	}
-	return m.ClaimWorkloadClusterListener(wclName, port, owner)
+	return m.ClaimWorkloadClusterEndpoint(wclName, host, port, owner)
 }
 
 // OwnerOf returns the UID holding the workload cluster.
@@ -826,7 +933,7 @@ func (m *WorkloadClustersMux) TransferWorkloadClusterListener(wclName string, fr
 	}
 	m.owners[wclName] = to
 	if l, ok := m.listeners[wclName]; ok {
-		m.recordLocked(wclName, l.port, to) // queued; the next claim by to waits for it
+		m.recordLocked(wclName, l.endpoint(), to) // queued; the next claim by to waits for it
 		// The state goes with the workload cluster, kept: it is to's now (store's identity.go).
 		m.manager.SetClusterOwner(wclName, to)
 	}
@@ -859,7 +966,7 @@ func (m *WorkloadClustersMux) ReleaseWorkloadClusterListener(wclName string, own
 const PortReservationTTL = time.Minute
 
 type portReservation struct {
-	port    int
+	ep      endpoint
 	owner   types.UID
 	expires time.Time
 }
@@ -871,48 +978,55 @@ type portReservation struct {
 // Reserving again for the same owner returns the same port and renews the reservation. It fails
 // when the workload cluster has a listener already, or another UID holds it or reserved it.
 func (m *WorkloadClustersMux) ReserveWorkloadClusterPort(wclName string, owner types.UID) (int, error) {
+	_, port, err := m.ReserveWorkloadClusterEndpoint(wclName, owner)
+	return port, err
+}
+
+// ReserveWorkloadClusterEndpoint is ReserveWorkloadClusterPort, returning the host the reserved
+// port's listener will advertise too: with listener addresses (WithListenerAddresses), the
+// address it is on, which the GoofyCluster's endpoint must record.
+func (m *WorkloadClustersMux) ReserveWorkloadClusterEndpoint(wclName string, owner types.UID) (host string, port int, err error) {
 	if owner == "" {
-		return 0, errors.New("mux: reserving a port needs the owner's UID")
+		return "", 0, errors.New("mux: reserving a port needs the owner's UID")
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return 0, errors.New("mux is shut down")
+		return "", 0, errors.New("mux is shut down")
 	}
 	m.expireReservationsLocked()
 	if res, ok := m.reservations[wclName]; ok {
 		if res.owner != owner {
-			return 0, fmt.Errorf("%w: %s is reserved by UID %s", ErrHeldByAnother, wclName, res.owner)
+			return "", 0, fmt.Errorf("%w: %s is reserved by UID %s", ErrHeldByAnother, wclName, res.owner)
 		}
 		res.expires = m.now().Add(PortReservationTTL)
 		m.reservations[wclName] = res
-		return res.port, nil
+		return m.advertised(res.ep), res.ep.port, nil
 	}
 	if l, ok := m.listeners[wclName]; ok {
-		return 0, fmt.Errorf("workload cluster %s already listens on port %d", wclName, l.port)
+		return "", 0, fmt.Errorf("workload cluster %s already listens on %s", wclName, m.describe(l.endpoint()))
 	}
 	if cur, held := m.owners[wclName]; held && cur != owner {
-		return 0, fmt.Errorf("%w: %s is held by UID %s", ErrHeldByAnother, wclName, cur)
+		return "", 0, fmt.Errorf("%w: %s is held by UID %s", ErrHeldByAnother, wclName, cur)
 	}
-	var port int
-	var err error
+	var ep endpoint
 	m.forgetEarlierOwnerLocked(wclName, owner)
 	if rec, ok := m.records[wclName]; ok {
 		// The workload cluster held a port before a restart: it gets that one back.
-		port = rec.Port
-		if _, taken := m.ports[port]; taken {
-			err = fmt.Errorf("%w: port %d is held by another workload cluster", ErrPortNotHeld, port)
+		ep = rec.endpoint()
+		if _, taken := m.ports[ep]; taken {
+			err = fmt.Errorf("%w: %s is held by another workload cluster", ErrPortNotHeld, m.describe(ep))
 		}
 	} else {
-		port, err = m.allocatePortLocked()
+		ep, err = m.allocateLocked()
 	}
 	if err != nil {
-		return 0, err
+		return "", 0, err
 	}
-	m.ports[port] = wclName
-	m.reservations[wclName] = portReservation{port: port, owner: owner, expires: m.now().Add(PortReservationTTL)}
-	m.log.V(2).Info("Reserved a port for the workload cluster's claim", "cluster", wclName, "port", port)
-	return port, nil
+	m.ports[ep] = wclName
+	m.reservations[wclName] = portReservation{ep: ep, owner: owner, expires: m.now().Add(PortReservationTTL)}
+	m.log.V(2).Info("Reserved a port for the workload cluster's claim", "cluster", wclName, "address", m.describe(ep))
+	return m.advertised(ep), ep.port, nil
 }
 
 // CancelWorkloadClusterPort frees the port owner reserved for the workload cluster, if it is not
@@ -932,9 +1046,9 @@ func (m *WorkloadClustersMux) dropReservationLocked(wclName string) {
 		return
 	}
 	delete(m.reservations, wclName)
-	if m.ports[res.port] == wclName {
-		if l, listening := m.listeners[wclName]; !listening || l.port != res.port {
-			delete(m.ports, res.port)
+	if m.ports[res.ep] == wclName {
+		if l, listening := m.listeners[wclName]; !listening || l.endpoint() != res.ep {
+			delete(m.ports, res.ep)
 		}
 	}
 }
@@ -945,7 +1059,7 @@ func (m *WorkloadClustersMux) expireReservationsLocked() {
 	now := m.now()
 	for key, res := range m.reservations {
 		if !now.Before(res.expires) {
-			m.log.V(2).Info("Port reservation expired unclaimed", "cluster", key, "port", res.port)
+			m.log.V(2).Info("Port reservation expired unclaimed", "cluster", key, "address", m.describe(res.ep))
 			m.dropReservationLocked(key)
 		}
 	}
