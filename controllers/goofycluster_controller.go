@@ -158,11 +158,11 @@ const heldRetry = 10 * time.Second
 // keeps the workload cluster (its deletion releases it); once it is gone without releasing
 // (its finalizer removed by hand), gc takes the workload cluster over.
 func (r *GoofyClusterReconciler) claimListener(ctx context.Context, gc *infrav1.GoofyCluster, key string) (*mux.WorkloadClusterListener, error) {
-	port := int(gc.Spec.ControlPlaneEndpoint.Port)
-	if err := r.contested(ctx, key, port); err != nil {
+	host, port := gc.Spec.ControlPlaneEndpoint.Host, int(gc.Spec.ControlPlaneEndpoint.Port)
+	if err := r.contested(ctx, key, host, port); err != nil {
 		return nil, err
 	}
-	l, err := r.Mux.ClaimWorkloadClusterListener(key, port, gc.UID)
+	l, err := r.Mux.ClaimWorkloadClusterEndpoint(key, host, port, gc.UID)
 	if !errors.Is(err, mux.ErrHeldByAnother) {
 		return l, err
 	}
@@ -179,7 +179,7 @@ func (r *GoofyClusterReconciler) claimListener(ctx context.Context, gc *infrav1.
 	if r.Mux.TransferWorkloadClusterListener(key, holder, gc.UID) {
 		ctrl.LoggerFrom(ctx).Info("Took over the workload cluster of a GoofyCluster that no longer exists", "cluster", key, "previousUID", holder)
 	}
-	return r.Mux.ClaimWorkloadClusterListener(key, port, gc.UID)
+	return r.Mux.ClaimWorkloadClusterEndpoint(key, host, port, gc.UID)
 }
 
 // contested refuses a port the mux knows of no holder for, asked for by a workload cluster the mux
@@ -187,14 +187,14 @@ func (r *GoofyClusterReconciler) claimListener(ctx context.Context, gc *infrav1.
 // a port the user chose), while the
 // GoofyCluster of another workload cluster of this manager records it too: which of them held it
 // cannot be told, so neither gets it (HotRestart refuses both alike), until one of them moves.
-func (r *GoofyClusterReconciler) contested(ctx context.Context, key string, port int) error {
+func (r *GoofyClusterReconciler) contested(ctx context.Context, key, host string, port int) error {
 	if port == 0 {
 		return nil
 	}
 	if _, ok := r.Mux.HeldPort(key); ok {
 		return nil // the mux's own rules decide (ClaimWorkloadClusterListener)
 	}
-	if _, _, ok := r.Mux.PortHolder(port); ok {
+	if _, _, ok := r.Mux.EndpointHolder(host, port); ok {
 		return nil
 	}
 	list := &infrav1.GoofyClusterList{}
@@ -206,7 +206,7 @@ func (r *GoofyClusterReconciler) contested(ctx context.Context, key string, port
 	if err := r.Client.List(ctx, list, opts...); err != nil {
 		return err
 	}
-	if others := mux.OtherClustersOnPort(list.Items, key, port); len(others) > 0 {
+	if others := r.Mux.OtherClustersOnEndpoint(list.Items, key, host, port); len(others) > 0 {
 		return fmt.Errorf("%w: port %d is recorded by the GoofyCluster of another workload cluster too, and no record says which held it",
 			mux.ErrPortNotHeld, port)
 	}
@@ -388,9 +388,9 @@ func (r *GoofyClusterReconciler) persistFinalizerAndEndpoint(ctx context.Context
 	endpoint := gc.Spec.ControlPlaneEndpoint
 	reserved := false
 	if !controllerutil.ContainsFinalizer(gc, infrav1.ClusterFinalizer) && endpoint.IsZero() {
-		port, err := r.Mux.ReserveWorkloadClusterPort(key, gc.UID)
+		host, port, err := r.Mux.ReserveWorkloadClusterEndpoint(key, gc.UID)
 		if err == nil {
-			gc.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: r.Mux.Host(), Port: int32(port)}
+			gc.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: host, Port: int32(port)}
 			reserved = true
 		} else {
 			// The finalizer goes alone; the claim after it meets the cause (a full port range, a

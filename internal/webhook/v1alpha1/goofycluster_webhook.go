@@ -25,10 +25,13 @@ import (
 type Ports interface {
 	// PortRange is the manager's --listener-port-range.
 	PortRange() (min, max int)
-	// PortHolder says which workload cluster holds a port (listener, reservation or record).
-	PortHolder(port int) (wclName string, owner types.UID, held bool)
+	// EndpointHolder says which workload cluster holds host:port (listener, reservation or
+	// record); the host matters with --listener-addresses only.
+	EndpointHolder(host string, port int) (wclName string, owner types.UID, held bool)
 	// HeldPort is the port a workload cluster holds.
 	HeldPort(wclName string) (int, bool)
+	// OtherClustersOnEndpoint are the GoofyClusters of other workload clusters recording host:port.
+	OtherClustersOnEndpoint(gcs []infrav1.GoofyCluster, wclName, host string, port int) []*infrav1.GoofyCluster
 }
 
 // GoofyCluster validates GoofyClusters: a non-zero spec.controlPlaneEndpoint.port set on create
@@ -95,7 +98,8 @@ func (w *GoofyCluster) validatePort(ctx context.Context, gc *infrav1.GoofyCluste
 	if held, ok := w.Ports.HeldPort(key); ok && held != port {
 		return invalid(fmt.Sprintf("the workload cluster's listener holds port %d: its endpoint cannot move to another port", held))
 	}
-	if holder, owner, ok := w.Ports.PortHolder(port); ok && holder != key && (owner == "" || owner != gc.UID) {
+	host := gc.Spec.ControlPlaneEndpoint.Host
+	if holder, owner, ok := w.Ports.EndpointHolder(host, port); ok && holder != key && (owner == "" || owner != gc.UID) {
 		return invalid(fmt.Sprintf("port %d is held by another workload cluster", port))
 	}
 	if lo, hi := w.Ports.PortRange(); port < lo || port > hi {
@@ -112,7 +116,7 @@ func (w *GoofyCluster) validatePort(ctx context.Context, gc *infrav1.GoofyCluste
 	if err := w.Client.List(ctx, list, opts...); err != nil {
 		return apierrors.NewInternalError(fmt.Errorf("listing GoofyClusters: %w", err))
 	}
-	if len(mux.OtherClustersOnPort(list.Items, key, port)) > 0 {
+	if len(w.Ports.OtherClustersOnEndpoint(list.Items, key, host, port)) > 0 {
 		return invalid(fmt.Sprintf("port %d is recorded by the GoofyCluster of another workload cluster", port))
 	}
 	return nil
