@@ -43,13 +43,18 @@ func benchEnvInt(name string, def int) int {
 
 // BenchmarkMuxScale simulates, in this one process and without CAPI, what Goofy serves for a
 // fleet: 1,000 workload clusters (GOOFY_BENCH_CLUSTERS) of 3 control-plane (GOOFY_BENCH_CP) and 3
-// worker (GOOFY_BENCH_WORKERS) machines. Every machine has its Node; every control-plane machine
+// worker (GOOFY_BENCH_WORKERS) machines; GOOFY_BENCH_MACHINES sets both at once (benchMachines).
+// The listeners take ports 4000-9999 on as many loopback addresses as the fleet needs
+// (127.0.0.1, 127.0.0.2, ...: WithListenerAddresses), and the open file limit is raised to what
+// the fleet and its clients in this process need. Every machine has its Node; every control-plane machine
 // its static pods, etcd member and API server, registered through the mux API as the GoofyMachine
 // reconciler does; every cluster kubeadm's objects. Then, for GOOFY_BENCH_LOAD_SECONDS (10), a
 // CAPI-like load runs against the listeners: one client-go Node watch per cluster (CAPI's cluster
 // cache), Node lists from 16 goroutines (MachineHealthCheck, Machine controller), etcd MemberList
 // through port-forward with KCP's own etcd client and proxy dialer from 4 goroutines (KCP's health
-// checks, a fresh client each time as KCP does), and a kubelet-like heartbeat updating Node status.
+// checks, a fresh client each time as KCP does, each after KCP's reads of the control-plane
+// Nodes and their static pods: the whole round is the health-check latency), and a kubelet-like
+// heartbeat updating Node status.
 //
 // Reported: listener set-up time per cluster (p50/p99) and in total, resident memory of the
 // simulated fleet before the load (server only) and under load (clients included, they share the
@@ -57,8 +62,9 @@ func benchEnvInt(name string, def int) int {
 // fails when the fleet alone takes more than 1 GiB for 1,000 × 6 machines, the goal of issue 8.
 func BenchmarkMuxScale(b *testing.B) {
 	clusters := benchEnvInt("GOOFY_BENCH_CLUSTERS", 1000)
-	cps := benchEnvInt("GOOFY_BENCH_CP", 3)
-	workers := benchEnvInt("GOOFY_BENCH_WORKERS", 3)
+	cps, workers := benchMachines(benchEnvInt("GOOFY_BENCH_MACHINES", 6))
+	cps = benchEnvInt("GOOFY_BENCH_CP", cps)
+	workers = benchEnvInt("GOOFY_BENCH_WORKERS", workers)
 	loadFor := time.Duration(benchEnvInt("GOOFY_BENCH_LOAD_SECONDS", 10)) * time.Second
 	podsPerNode := 0
 	if v, err := strconv.Atoi(os.Getenv("GOOFY_BENCH_PODS")); err == nil && v > 0 {
@@ -69,7 +75,37 @@ func BenchmarkMuxScale(b *testing.B) {
 	}
 }
 
+// benchMachines splits a cluster's machines as the benchmark's fleets do: 3 control-plane
+// machines from 6 on (KCP's usual HA size), else 1, and the rest workers.
+func benchMachines(machines int) (cps, workers int) {
+	cps = 1
+	if machines >= 6 {
+		cps = 3
+	}
+	return cps, max(machines-cps, 0)
+}
+
+// Listener ports of BenchmarkMuxScale: 4000-9999 on each loopback address it needs.
+const benchPortMin, benchPortMax = 4000, 9999
+
+// benchListenerAddresses are the loopback addresses that hold clusters listeners (and 100 more)
+// in benchPortMin-benchPortMax: 127.0.0.1, 127.0.0.2, ...
+func benchListenerAddresses(clusters int) []string {
+	per := benchPortMax - benchPortMin + 1
+	n := (clusters + 100 + per - 1) / per
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf("127.0.0.%d", i+1)
+	}
+	return addrs
+}
+
 func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFor time.Duration) {
+	// The listeners and, in this process too, their clients' connections (a watch per cluster,
+	// both ends): past the hard limit where the process may raise it (CAP_SYS_RESOURCE).
+	if files, err := benchRaiseFileLimit(benchFiles(clusters)); err != nil {
+		b.Fatalf("the fleet needs %d open files, the limit is %d and cannot be raised: %v (run as root or raise ulimit -Hn)", benchFiles(clusters), files, err)
+	}
 	// Watches cancelled at the end of the load make the API server handler log; keep output readable.
 	klog.SetOutput(io.Discard)
 	klog.LogToStderr(false)
@@ -95,11 +131,13 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 		storeOpts = append(storeOpts, store.WithStorage(db))
 	}
 	stores = store.NewManager(storeOpts...)
-	m, err := NewWorkloadClustersMux(stores, "127.0.0.1", WithPortRange(4000, 4000+clusters+99))
+	addrs := benchListenerAddresses(clusters)
+	m, err := NewWorkloadClustersMux(stores, "127.0.0.1", WithPortRange(benchPortMin, benchPortMax), WithListenerAddresses(addrs...))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer func() { _ = m.Shutdown(context.Background()) }()
+	goroutinesBefore := runtime.NumGoroutine()
 	// One set of CAs for all clusters: generating 4 RSA CAs per cluster would dominate set-up
 	// time and measure CAPI's key generation, not the mux. Each listener still issues and keeps its
 	// own serving certificates, pools and etcd member certificates.
@@ -120,6 +158,7 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 	}
 	setupTotal := time.Since(setupStart)
 	b.StopTimer()
+	goroutines := runtime.NumGoroutine() - goroutinesBefore
 	runtime.GC()
 	rssServer := benchRSS() - rssBefore
 	var ms runtime.MemStats
@@ -132,7 +171,7 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 	var (
 		lists, listErrs, etcdCalls, etcdErrs, events atomic.Int64
 		mu                                           sync.Mutex
-		listLat, etcdLat                             []time.Duration
+		listLat, etcdLat, healthLat                  []time.Duration
 		peakRSS                                      atomic.Int64
 	)
 	loadCtx, stopLoad := context.WithTimeout(ctx, loadFor+30*time.Second)
@@ -201,7 +240,9 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 			}
 		}()
 	}
-	// KCP's etcd health check: a new client through port-forward, then MemberList.
+	// KCP's health check: its reads of the control-plane Nodes and of their static pods
+	// (UpdateStaticPodConditions), then its etcd check (UpdateEtcdConditions): a new client through
+	// port-forward, then MemberList.
 	certPEM, keyPEM := clientCertFrom(b, cc.etcdCA, cc.etcdCAKey, "kube-etcd-healthcheck-client")
 	etcdCert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
@@ -216,9 +257,14 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 			for running() {
 				i := r.IntN(clusters)
 				t := time.Now()
+				var etcdStart time.Time
 				err := func() error {
 					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 					defer cancel()
+					if err := benchStaticPodReads(cctx, clientsets[i], cps); err != nil {
+						return err
+					}
+					etcdStart = time.Now()
 					ec, err := kcpetcd.NewClient(cctx, kcpetcd.ClientConfiguration{
 						Endpoint: "etcd-" + nodeNames[i][r.IntN(cps)],
 						// KCP's dialer writes to the config it is given: one copy per client.
@@ -235,14 +281,15 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 					}
 					return err
 				}()
-				d := time.Since(t)
+				end := time.Now()
 				if err != nil {
 					etcdErrs.Add(1)
 					continue
 				}
 				etcdCalls.Add(1)
 				mu.Lock()
-				etcdLat = append(etcdLat, d)
+				etcdLat = append(etcdLat, end.Sub(etcdStart))
+				healthLat = append(healthLat, end.Sub(t))
 				mu.Unlock()
 			}
 		}()
@@ -282,6 +329,9 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 	fleet := fmt.Sprintf("%dx%d", clusters, cps+workers)
 	b.ReportMetric(float64(rssServer)/(1<<20), "MiB-RSS-fleet-"+fleet)
 	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "MiB-heap-inuse")
+	b.ReportMetric(float64(goroutines)/float64(clusters), "goroutines/cluster")
+	b.ReportMetric(float64(ms.StackInuse)/(1<<20), "MiB-stacks")
+	b.ReportMetric(float64(len(addrs)), "listener-addresses")
 	b.ReportMetric(float64(peakRSS.Load()-rssBefore)/(1<<20), "MiB-RSS-under-load")
 	b.ReportMetric(setupTotal.Seconds(), "s-setup-total")
 	if db != nil {
@@ -293,11 +343,17 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 	benchReport(b, "setup", setup)
 	benchReport(b, "node-list", listLat)
 	benchReport(b, "etcd-memberlist", etcdLat)
+	benchReport(b, "health-check", healthLat)
 	b.ReportMetric(float64(lists.Load())/elapsed, "lists/s")
 	b.ReportMetric(float64(etcdCalls.Load())/elapsed, "etcd-checks/s")
 	b.ReportMetric(float64(events.Load()), "watch-events")
 	if listErrs.Load() > 0 || etcdErrs.Load() > 0 {
 		b.Errorf("errors under load: %d node lists, %d etcd checks", listErrs.Load(), etcdErrs.Load())
+	}
+	if clusters == 10000 && cps+workers == 3 {
+		// Issue 29's goals, reported (figures, not a verdict: they depend on the machine).
+		b.Logf("10,000 x 3 goals: RSS %d MiB (<= 2048), set-up %.1f s (<= 120), health-check p99 %.0f ms (<= 250)",
+			rssServer>>20, setupTotal.Seconds(), benchPercentile(healthLat, 0.99))
 	}
 	if clusters == 1000 && cps+workers == 6 && rssServer > 1<<30 {
 		b.Errorf("1,000 clusters × 6 machines take %d MiB resident, over the 1 GiB goal", rssServer>>20)
@@ -390,12 +446,43 @@ func benchReport(b *testing.B, what string, d []time.Duration) {
 	if len(d) == 0 {
 		return
 	}
-	s := append([]time.Duration(nil), d...)
-	slices.Sort(s)
-	at := func(p float64) float64 { return float64(s[int(p*float64(len(s)-1))].Microseconds()) / 1000 }
-	b.ReportMetric(at(0.5), what+"-p50-ms")
-	b.ReportMetric(at(0.99), what+"-p99-ms")
+	b.ReportMetric(benchPercentile(d, 0.5), what+"-p50-ms")
+	b.ReportMetric(benchPercentile(d, 0.99), what+"-p99-ms")
 }
+
+// benchPercentile is the p-quantile of d in milliseconds (0 for none).
+func benchPercentile(d []time.Duration, p float64) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return float64(s[int(p*float64(len(s)-1))].Microseconds()) / 1000
+}
+
+// benchStaticPodReads is KCP's read of a workload cluster's control plane before its etcd check:
+// the control-plane Nodes, then each one's four static pods.
+func benchStaticPodReads(ctx context.Context, cs *kubernetes.Clientset, cps int) error {
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: workload.ControlPlaneNodeLabel})
+	if err != nil {
+		return err
+	}
+	if len(nodes.Items) != cps {
+		return fmt.Errorf("%d control-plane nodes, want %d", len(nodes.Items), cps)
+	}
+	for _, n := range nodes.Items {
+		for _, comp := range []string{workload.KubeAPIServer, workload.KubeControllerManager, workload.KubeScheduler, workload.Etcd} {
+			if _, err := cs.CoreV1().Pods(metav1.NamespaceSystem).Get(ctx, workload.StaticPodName(comp, n.Name), metav1.GetOptions{}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// benchFiles is the open file limit BenchmarkMuxScale asks for: a listener and both ends of a
+// watch connection per cluster, and room for the health checks' tunnels and the state file.
+func benchFiles(clusters int) uint64 { return uint64(clusters)*4 + 4096 }
 
 // benchRSS is this process's resident set size from /proc/self/status (0 where there is none).
 func benchRSS() int64 {

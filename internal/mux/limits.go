@@ -48,8 +48,10 @@ type Limits struct {
 	MaxPortForwardStreams int
 }
 
-// DefaultLimits are sized for 1,000 workload clusters in one process, each used by CAPI's
-// controllers and a few people (docs/limits.md says why each is what it is).
+// DefaultLimits are sized for a workload cluster used by CAPI's controllers and a few people
+// (docs/limits.md says why each is what it is). They bound what one listener's clients may hold
+// and allocate nothing ahead: an idle listener costs none of them, so they hold for 10,000
+// listeners as for 1,000; what bounds a process of many listeners is its open files (FilesFor).
 func DefaultLimits() Limits {
 	return Limits{
 		MaxConnectionsPerListener:   256,
