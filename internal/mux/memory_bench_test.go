@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"runtime"
 	"sort"
 	"strings"
@@ -66,6 +67,7 @@ func benchClusterMemory(b *testing.B, clusters int) {
 	}
 	waitPodsRunning(ctx, b, listeners)
 	idle, idlePkgs := liveHeap()
+	stateFile := stateFileBytes(b, db)
 	for i, l := range listeners {
 		benchAddMachine(ctx, b, m, cc, l, i, 3, false, true)
 	}
@@ -77,10 +79,32 @@ func benchClusterMemory(b *testing.B, clusters int) {
 	perMachine := float64(grown-idle) / float64(clusters)
 	b.ReportMetric(perCluster, "heap-B/cluster")
 	b.ReportMetric(perMachine, "heap-B/machine")
+	b.ReportMetric(float64(stateFile)/float64(clusters), "state-B/cluster")
 	b.Logf("%d clusters of 1 control-plane machine + 2 workers: %.1f KiB of live heap each, %.1f KiB per added worker", clusters, perCluster/1024, perMachine/1024)
+	b.Logf("state file with the idle clusters: %.2f MiB, %.1f KiB per cluster", float64(stateFile)/(1<<20), float64(stateFile)/float64(clusters)/1024)
 	b.Logf("per idle cluster, by the package that allocated it:\n%s", idlePkgs.minus(emptyPkgs).top(12, clusters))
 	b.Logf("per idle cluster, by the Goofy package it was allocated for:\n%s", idlePkgs.minus(emptyPkgs).topGoofy(10, clusters))
 	b.Logf("per added worker, by the Goofy package it was allocated for:\n%s", grownPkgs.minus(idlePkgs).topGoofy(8, clusters))
+}
+
+// stateFileBytes is the size of the state file once every write queued so far is on disk.
+func stateFileBytes(b *testing.B, db *storage.DB) int64 {
+	if err := db.Put("\x01bench-flush", "flush", 0, func() ([]byte, error) { return nil, nil }).Wait(); err != nil {
+		b.Fatal(err)
+	}
+	if err := db.DropBucket("\x01bench-flush").Wait(); err != nil {
+		b.Fatal(err)
+	}
+	fi, err := os.Stat(db.Path())
+	if err != nil {
+		b.Fatal(err)
+	}
+	inUse, err := db.InUse()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("state file: %d bytes, %d of them in pages holding data", fi.Size(), inUse)
+	return fi.Size()
 }
 
 // waitPodsRunning waits until every pod of every cluster is Running (the add-ons' pods start a

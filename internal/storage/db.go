@@ -1,6 +1,8 @@
 package storage
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -77,7 +79,19 @@ type write struct {
 	rv     uint64                 // the bucket's resourceVersion once this write is applied; 0: unchanged
 	drop   bool                   // delete the whole bucket
 	seq    uint64                 // queue position
+	// shared is the content a reference (the value) points at, put in the shared bucket in the
+	// same transaction unless it is there already; nil for other writes.
+	shared *sharedPut
 }
+
+// sharedPut is shared content to be on disk: its id and its encoding.
+type sharedPut struct {
+	id     []byte
+	encode func() ([]byte, error)
+}
+
+// sharedBucket holds shared content by id (shared.go). Cluster names never start with a NUL byte.
+var sharedBucket = []byte("\x00shared")
 
 // record reports whether w writes a record (PutRecord) rather than an object.
 func (w write) record() bool { return strings.HasPrefix(w.key, recordPrefix) }
@@ -100,6 +114,10 @@ func Open(dir string) (*DB, error) {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	db := &DB{bolt: b, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+	if err := db.sweepShared(); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("opening %s: %w", path, err)
+	}
 	go db.commitLoop()
 	return db, nil
 }
@@ -180,6 +198,14 @@ func (db *DB) Put(bucket, key string, rv uint64, encode func() ([]byte, error)) 
 // Delete queues the removal of bucket[key] and records rv as the bucket's resourceVersion.
 func (db *DB) Delete(bucket, key string, rv uint64) Commit {
 	return db.enqueue(write{bucket: bucket, key: key, rv: rv})
+}
+
+// putShared queues bucket[key] = ref, a reference to shared content id whose encoding content
+// returns: the content is put in the shared bucket in the same transaction if it is not there.
+func (db *DB) putShared(bucket, key string, rv uint64, ref, id []byte, content func() ([]byte, error)) Commit {
+	return db.enqueue(write{bucket: bucket, key: key, rv: rv,
+		encode: func() ([]byte, error) { return ref, nil },
+		shared: &sharedPut{id: id, encode: content}})
 }
 
 // DropBucket queues the removal of a bucket and everything in it.
@@ -389,6 +415,9 @@ func apply(tx *bolt.Tx, w write, value []byte) error {
 	} else {
 		err = bk.Put([]byte(w.key), value)
 	}
+	if err == nil && w.shared != nil {
+		err = putSharedContent(tx, w.shared)
+	}
 	if err == nil && w.rv != 0 {
 		err = bk.Put(rvKey, binary.BigEndian.AppendUint64(nil, w.rv))
 	}
@@ -439,9 +468,127 @@ func (db *DB) Buckets() ([]string, error) {
 	var names []string
 	err := db.bolt.View(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
-			names = append(names, string(name))
+			if !bytes.Equal(name, sharedBucket) {
+				names = append(names, string(name))
+			}
 			return nil
 		})
 	})
 	return names, err
+}
+
+// putSharedContent puts shared content in the shared bucket unless it is there already.
+func putSharedContent(tx *bolt.Tx, s *sharedPut) error {
+	sb, err := tx.CreateBucketIfNotExists(sharedBucket)
+	if err != nil {
+		return fmt.Errorf("shared content: %w", err)
+	}
+	if sb.Get(s.id) != nil {
+		return nil
+	}
+	v, err := s.encode()
+	if err != nil {
+		return fmt.Errorf("encoding shared content: %w", err)
+	}
+	if err := sb.Put(s.id, v); err != nil {
+		return fmt.Errorf("writing shared content: %w", err)
+	}
+	return nil
+}
+
+// sharedValues returns the encodings of the shared contents of ids that are on disk.
+func (db *DB) sharedValues(ids [][sha256.Size]byte) (map[[sha256.Size]byte][]byte, error) {
+	out := map[[sha256.Size]byte][]byte{}
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		sb := tx.Bucket(sharedBucket)
+		if sb == nil {
+			return nil
+		}
+		for _, id := range ids {
+			if v := sb.Get(id[:]); v != nil {
+				out[id] = bytes.Clone(v)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// InUse is the bytes of the file's pages that hold data (bbolt's leaf and branch pages in use,
+// over every bucket): what the file needs, where its size is what it grew to.
+func (db *DB) InUse() (int64, error) {
+	var n int64
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
+			st := b.Stats()
+			n += int64(st.BranchInuse + st.LeafInuse)
+			return nil
+		})
+	})
+	return n, err
+}
+
+// SharedContents is the number of shared contents on disk and their bytes.
+func (db *DB) SharedContents() (n, size int, err error) {
+	err = db.bolt.View(func(tx *bolt.Tx) error {
+		sb := tx.Bucket(sharedBucket)
+		if sb == nil {
+			return nil
+		}
+		return sb.ForEach(func(_, v []byte) error {
+			n++
+			size += len(v)
+			return nil
+		})
+	})
+	return n, size, err
+}
+
+// sweepShared deletes the shared content that no reference on disk points at any more (the
+// clusters that held it were deleted or changed it). It runs when the file is opened, before
+// anything else reads or writes it.
+func (db *DB) sweepShared() error {
+	swept := false
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		sb := tx.Bucket(sharedBucket)
+		if sb == nil {
+			return nil
+		}
+		used := map[[sha256.Size]byte]bool{}
+		err := tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			if bytes.Equal(name, sharedBucket) {
+				return nil
+			}
+			return b.ForEach(func(k, v []byte) error {
+				if len(k) > 0 && k[0] != 0 && len(v) == refLen && v[0] == encodingShared {
+					used[[sha256.Size]byte(v[1:1+sha256.Size])] = true
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			return err
+		}
+		var unused [][]byte
+		err = sb.ForEach(func(k, _ []byte) error {
+			if len(k) != sha256.Size || !used[[sha256.Size]byte(k)] {
+				unused = append(unused, bytes.Clone(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range unused {
+			if err := sb.Delete(k); err != nil {
+				return err
+			}
+		}
+		swept = true
+		return nil
+	})
+	if err == nil && swept {
+		db.releaseMapped() // the scan read the whole file through the mapping
+	}
+	return err
 }

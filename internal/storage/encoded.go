@@ -25,7 +25,7 @@ const (
 
 // encodedObject is the cached encodings of one version of one object.
 type encodedObject struct {
-	obj     client.Object // the version encoded; a cached encoding is used only while it is stored
+	v       Value // the version encoded; a cached encoding is used only while it is stored
 	formats []encodedFormat
 }
 
@@ -62,13 +62,14 @@ func (o *Objects) Encoding(gr schema.GroupResource, key string, obj client.Objec
 // data is small enough to keep (a copy is kept: data's spare capacity is not pinned). Callers
 // hold the owner's lock, for reading at least.
 func (o *Objects) KeepEncoding(gr schema.GroupResource, key string, obj client.Object, format string, data []byte) {
-	if len(data) > MaxEncodedEntryBytes || o.Get(gr, key) != obj {
+	cur := o.Value(gr, key)
+	if len(data) > MaxEncodedEntryBytes || !cur.Is(obj) {
 		return
 	}
 	data = bytes.Clone(data)
 	o.enc.mu.Lock()
 	defer o.enc.mu.Unlock()
-	o.enc.add(objectRef{gr: gr, key: key}, obj, format, data)
+	o.enc.add(objectRef{gr: gr, key: key}, cur, format, data)
 }
 
 // CachedEncodings is the number of objects with cached encodings and the bytes they take.
@@ -81,7 +82,7 @@ func (o *Objects) CachedEncodings() (objects, bytes int) {
 
 func (e *encodedCache) lookup(ref objectRef, obj client.Object, format string) []byte {
 	ent := e.entries[ref]
-	if ent == nil || ent.obj != obj {
+	if ent == nil || !ent.v.Is(obj) {
 		return nil
 	}
 	for _, f := range ent.formats {
@@ -92,9 +93,9 @@ func (e *encodedCache) lookup(ref objectRef, obj client.Object, format string) [
 	return nil
 }
 
-func (e *encodedCache) add(ref objectRef, obj client.Object, format string, data []byte) {
+func (e *encodedCache) add(ref objectRef, v Value, format string, data []byte) {
 	ent := e.entries[ref]
-	if ent != nil && ent.obj != obj {
+	if ent != nil && ent.v != v {
 		e.drop(ref) // an older version: its encodings are useless now
 		ent = nil
 	}
@@ -123,7 +124,7 @@ func (e *encodedCache) add(ref objectRef, obj client.Object, format string, data
 		e.entries = map[objectRef]*encodedObject{}
 	}
 	if ent == nil {
-		ent = &encodedObject{obj: obj}
+		ent = &encodedObject{v: v}
 		e.entries[ref] = ent
 	}
 	ent.formats = append(ent.formats, encodedFormat{format: format, data: data})

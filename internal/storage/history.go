@@ -6,7 +6,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Event is one change of one object. Events and the objects they point at are immutable once
@@ -17,8 +16,8 @@ type Event struct {
 	At   int64 // unix nanoseconds when recorded
 	GR   schema.GroupResource
 	Key  string
-	Obj  client.Object // state after the change; for Deleted the last state stamped with the deletion RV
-	Old  client.Object // state before the change; nil for Added
+	Obj  Value // state after the change; for Deleted the last state stamped with the deletion RV
+	Old  Value // state before the change; the zero Value for Added
 	// Size is what retaining the event keeps alive: Obj's size (Old's for Deleted, whose Obj
 	// differs from Old only in its resourceVersion).
 	Size int

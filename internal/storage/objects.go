@@ -22,14 +22,17 @@ import (
 // write stores a fresh object, so readers use them after the lock is released and events share
 // them with the history.
 type Objects struct {
-	bucket  string                                            // the cluster's name on disk
-	objects map[schema.GroupResource]map[string]client.Object // per resource, created lazily
-	rv      uint64                                            // last assigned resourceVersion
-	bytes   int64                                             // SizeOf the stored objects
-	hist    history
-	enc     encodedCache
-	db      *DB    // nil: memory only
-	commit  Commit // the last write queued to db
+	bucket  string                                    // the cluster's name on disk
+	objects map[schema.GroupResource]map[string]Value // per resource, created lazily
+	rv      uint64                                    // last assigned resourceVersion
+	bytes   int64                                     // SizeOf the stored objects
+	// shared are the resources whose objects are stored as references to shared content
+	// (shared.go); nil: none.
+	shared map[schema.GroupResource]bool
+	hist   history
+	enc    encodedCache
+	db     *DB    // nil: memory only
+	commit Commit // the last write queued to db
 	// unsettled are the changes not yet seen on disk, oldest first (rollback.go); with a db only.
 	unsettled []unsettledChange
 }
@@ -47,7 +50,7 @@ type HistoryOptions struct {
 func NewObjects(bucket string, opts HistoryOptions, db *DB) *Objects {
 	o := &Objects{
 		bucket:  bucket,
-		objects: map[schema.GroupResource]map[string]client.Object{},
+		objects: map[schema.GroupResource]map[string]Value{},
 		hist:    history{limit: opts.Limit, ttl: opts.TTL, maxBytes: opts.MaxBytes},
 		db:      db,
 	}
@@ -75,20 +78,41 @@ func Key(namespace, name string) string {
 	return namespace + "/" + name
 }
 
+// Share stores the objects of the resources from now on as references to content shared with
+// every cluster that stores the same (shared.go). Call it before Load.
+func (o *Objects) Share(resources ...schema.GroupResource) {
+	if o.shared == nil {
+		o.shared = map[schema.GroupResource]bool{}
+	}
+	for _, gr := range resources {
+		o.shared[gr] = true
+	}
+}
+
 // Get returns the stored object (shared: callers must not modify it), nil if there is none.
 func (o *Objects) Get(gr schema.GroupResource, key string) client.Object {
+	return o.objects[gr][key].Object()
+}
+
+// Value returns the stored version of an object; the zero Value if there is none.
+func (o *Objects) Value(gr schema.GroupResource, key string) Value {
 	return o.objects[gr][key]
+}
+
+// IsCurrent reports whether obj (nil: no object) is the stored version of gr's object key.
+func (o *Objects) IsCurrent(gr schema.GroupResource, key string, obj client.Object) bool {
+	return o.objects[gr][key].Is(obj)
 }
 
 // Resource returns the stored objects of a resource by key; the map is the store's own: callers
 // must not modify it, nor use it once they release the owner's lock.
-func (o *Objects) Resource(gr schema.GroupResource) map[string]client.Object {
+func (o *Objects) Resource(gr schema.GroupResource) map[string]Value {
 	return o.objects[gr]
 }
 
 // All iterates the resources that hold objects, as Resource would return them.
-func (o *Objects) All() iter.Seq2[schema.GroupResource, map[string]client.Object] {
-	return func(yield func(schema.GroupResource, map[string]client.Object) bool) {
+func (o *Objects) All() iter.Seq2[schema.GroupResource, map[string]Value] {
+	return func(yield func(schema.GroupResource, map[string]Value) bool) {
 		for gr, m := range o.objects {
 			if !yield(gr, m) {
 				return
@@ -98,7 +122,7 @@ func (o *Objects) All() iter.Seq2[schema.GroupResource, map[string]client.Object
 }
 
 // Keys returns the sorted keys of a resource's objects, limited to a namespace if given.
-func Keys(m map[string]client.Object, namespace string) []string {
+func Keys[V any](m map[string]V, namespace string) []string {
 	keys := make([]string, 0, len(m))
 	prefix := namespace + "/"
 	for k := range m {
@@ -127,12 +151,25 @@ func (o *Objects) Put(gr schema.GroupResource, obj, old client.Object) *Event {
 	key := Key(obj.GetNamespace(), obj.GetName())
 	m := o.objects[gr]
 	if m == nil {
-		m = map[string]client.Object{}
+		m = map[string]Value{}
 		o.objects[gr] = m
 	}
-	m[key] = obj
+	prev := m[key]
+	v, onDisk := fullValue(obj), fullValue(obj)
+	if o.shared[gr] {
+		if ref, held, ok := share(gr, key, obj, o.rv); ok {
+			v = Value{ref: ref}
+			key = ref.content.key // one string for every cluster
+			if held {
+				// Content another cluster holds goes to disk once too; content of this
+				// cluster's own (kubeadm-config) stays in its bucket, and goes with it.
+				onDisk = v
+			}
+		}
+	}
+	m[key] = v // (an existing string key is replaced too: the map holds the shared one)
 	o.enc.drop(objectRef{gr: gr, key: key})
-	o.persistPut(gr, key, obj)
+	o.persistPut(gr, key, onDisk)
 	size := SizeOf(obj)
 	o.bytes += int64(size)
 	typ := watch.Added
@@ -140,7 +177,10 @@ func (o *Objects) Put(gr schema.GroupResource, obj, old client.Object) *Event {
 		typ = watch.Modified
 		o.bytes -= int64(SizeOf(old))
 	}
-	e := o.record(typ, gr, key, obj, old, size)
+	if !prev.Is(old) {
+		prev = fullValue(old) // not what the map held: the caller's word is the event's
+	}
+	e := o.record(typ, gr, key, v, prev, size)
 	o.keepUnsettled(e)
 	return e
 }
@@ -151,6 +191,10 @@ func (o *Objects) Delete(gr schema.GroupResource, old, last client.Object) *Even
 	o.rv++
 	last.SetResourceVersion(strconv.FormatUint(o.rv, 10))
 	key := Key(old.GetNamespace(), old.GetName())
+	prev := o.objects[gr][key]
+	if !prev.Is(old) {
+		prev = fullValue(old)
+	}
 	delete(o.objects[gr], key)
 	o.enc.drop(objectRef{gr: gr, key: key})
 	if o.db != nil {
@@ -158,18 +202,24 @@ func (o *Objects) Delete(gr schema.GroupResource, old, last client.Object) *Even
 	}
 	size := SizeOf(old)
 	o.bytes -= int64(size)
-	e := o.record(watch.Deleted, gr, key, last, old, size)
+	e := o.record(watch.Deleted, gr, key, fullValue(last), prev, size)
 	o.keepUnsettled(e)
 	return e
 }
 
-func (o *Objects) persistPut(gr schema.GroupResource, key string, obj client.Object) {
-	if o.db != nil {
-		o.commit = o.db.Put(o.bucket, diskKey(gr, key), o.rv, encodeValue(obj))
+func (o *Objects) persistPut(gr schema.GroupResource, key string, v Value) {
+	if o.db == nil {
+		return
 	}
+	if v.ref == nil {
+		o.commit = o.db.Put(o.bucket, diskKey(gr, key), o.rv, encodeValue(v.obj))
+		return
+	}
+	ref := v.ref
+	o.commit = o.db.putShared(o.bucket, diskKey(gr, key), o.rv, ref.encode(), ref.content.id[:], encodeValue(ref.content.obj))
 }
 
-func (o *Objects) record(typ watch.EventType, gr schema.GroupResource, key string, obj, old client.Object, size int) *Event {
+func (o *Objects) record(typ watch.EventType, gr schema.GroupResource, key string, obj, old Value, size int) *Event {
 	e := &Event{Type: typ, RV: o.rv, At: time.Now().UnixNano(), GR: gr, Key: key, Obj: obj, Old: old, Size: size}
 	o.hist.add(e)
 	return e

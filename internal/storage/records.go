@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"errors"
 
 	bolt "go.etcd.io/bbolt"
@@ -29,6 +30,9 @@ func (db *DB) Records(name string) (map[string][]byte, error) {
 	key := []byte(recordPrefix + name)
 	err := db.bolt.View(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(bucket []byte, b *bolt.Bucket) error {
+			if bytes.Equal(bucket, sharedBucket) {
+				return nil
+			}
 			if v := b.Get(key); v != nil {
 				out[string(bucket)] = append([]byte(nil), v...)
 			}

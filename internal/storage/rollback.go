@@ -4,7 +4,6 @@ import (
 	"slices"
 
 	"k8s.io/apimachinery/pkg/watch"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Writes reach readers' memory before the disk: a write is applied here and queued to the DB under
@@ -87,14 +86,14 @@ func (o *Objects) undo(e *Event) {
 		o.bytes -= int64(e.Size)
 	case watch.Deleted:
 		if m == nil {
-			m = map[string]client.Object{}
+			m = map[string]Value{}
 			o.objects[e.GR] = m
 		}
 		m[e.Key] = e.Old
 		o.bytes += int64(e.Size)
 	default: // Modified
 		m[e.Key] = e.Old
-		o.bytes += int64(SizeOf(e.Old)) - int64(e.Size)
+		o.bytes += int64(SizeOf(e.Old.Object())) - int64(e.Size)
 	}
 	o.hist.dropNewest(e)
 }

@@ -15,6 +15,8 @@ import (
 const (
 	encodingProtobuf byte = 'p'
 	encodingJSON     byte = 'j'
+	// encodingShared: a reference to shared content (shared.go), only in a cluster's bucket.
+	encodingShared byte = 's'
 )
 
 type protoMessage interface {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -53,6 +54,22 @@ var defaultNamespaces = []string{metav1.NamespaceDefault, "kube-node-lease", met
 
 var namespacesGVR = corev1.SchemeGroupVersion.WithResource("namespaces")
 
+// sharedResources are the resources whose objects every cluster holds alike: the default
+// namespaces, kube-apiserver's default RBAC policy, kubeadm's roles, bindings, ConfigMaps and
+// ServiceAccounts. Their objects are stored as references to content held once for all clusters
+// (storage's shared.go): a cluster keeps only their identity. Objects written often (pods, nodes,
+// leases) are not worth the hashing of every version; services are the endpoint controller's to
+// cache.
+var sharedResources = []schema.GroupResource{
+	{Resource: "namespaces"},
+	{Resource: "configmaps"},
+	{Resource: "serviceaccounts"},
+	{Group: rbacv1.GroupName, Resource: "clusterroles"},
+	{Group: rbacv1.GroupName, Resource: "clusterrolebindings"},
+	{Group: rbacv1.GroupName, Resource: "roles"},
+	{Group: rbacv1.GroupName, Resource: "rolebindings"},
+}
+
 // newCluster creates a cluster store, loading its objects from db when db holds some.
 func newCluster(name string, opts ClusterOptions, db *storage.DB) (*Cluster, error) {
 	limit := opts.EventHistory
@@ -73,6 +90,7 @@ func newCluster(name string, opts ClusterOptions, db *storage.DB) (*Cluster, err
 		objs:    storage.NewObjects(name, storage.HistoryOptions{Limit: limit, TTL: ttl, MaxBytes: maxBytes}, db),
 		quota:   opts.StorageQuota,
 	}
+	c.objs.Share(sharedResources...)
 	if c.quota == 0 {
 		c.quota = DefaultStorageQuota
 	}

@@ -26,7 +26,7 @@ func (c *Cluster) allocateClusterIP(s *corev1.Service) {
 	}
 	used := map[string]bool{}
 	for _, o := range c.objs.Resource(servicesGR) {
-		used[o.(*corev1.Service).Spec.ClusterIP] = true
+		used[o.Object().(*corev1.Service).Spec.ClusterIP] = true
 	}
 	for i := 2; i < serviceCIDRSize-1; i++ {
 		ip := ipString(serviceCIDRBase, i)

@@ -341,8 +341,8 @@ func (c *Cluster) customResourceRemovedLocked(gr schema.GroupResource) {
 
 // loadCustomKindsLocked serves the CRDs loaded from disk. Callers hold c.mu.
 func (c *Cluster) loadCustomKindsLocked() {
-	for _, obj := range c.objs.Resource(crdsGR) {
-		c.serveCustomResourceDefinition(obj.(*apiextensionsv1.CustomResourceDefinition))
+	for _, v := range c.objs.Resource(crdsGR) {
+		c.serveCustomResourceDefinition(v.Object().(*apiextensionsv1.CustomResourceDefinition))
 	}
 }
 

@@ -59,11 +59,9 @@ func (c *Cluster) rollBack() {
 	for _, e := range c.objs.Rollback() {
 		var undone, restored client.Object // the change's result, and what is stored again
 		if e.Type != watch.Deleted {
-			undone = e.Obj
+			undone = e.Obj.Object()
 		}
-		if e.Old != nil {
-			restored = e.Old
-		}
+		restored = e.Old.Object()
 		if e.GR == crdsGR { // what is served follows the CRD stored again (and nothing else reacts)
 			if restored == nil {
 				c.setCustomKind(e.Key, nil)

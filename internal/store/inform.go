@@ -74,7 +74,7 @@ func (c *Cluster) inform(inf *informer, resources []schema.GroupResource) (stop 
 	for _, gr := range resources {
 		m := c.objs.Resource(gr)
 		for _, key := range storage.Keys(m, "") {
-			inf.handle(Change{Resource: gr, Key: key, New: m[key]})
+			inf.handle(Change{Resource: gr, Key: key, New: m[key].Object()})
 		}
 	}
 	c.informers = append(c.informers, inf)

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sort"
 	"strconv"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -133,7 +134,7 @@ func decodeContinue(s string) (continueToken, error) {
 
 // snapshotLocked returns the sorted keys and objects of a kind in a namespace as they were at rv
 // (0: now), rebuilt by undoing newer events from the history. Callers hold c.mu.
-func (c *Cluster) snapshotLocked(gr schema.GroupResource, namespace string, rv uint64) ([]string, map[string]client.Object, error) {
+func (c *Cluster) snapshotLocked(gr schema.GroupResource, namespace string, rv uint64) ([]string, map[string]storage.Value, error) {
 	cur := c.objs.Resource(gr)
 	if rv == 0 || rv == c.objs.ResourceVersion() {
 		return storage.Keys(cur, namespace), cur, nil
@@ -142,13 +143,14 @@ func (c *Cluster) snapshotLocked(gr schema.GroupResource, namespace string, rv u
 	if !ok {
 		return nil, nil, errExpired
 	}
-	m := make(map[string]client.Object, len(cur))
+	m := make(map[string]storage.Value, len(cur))
 	for _, k := range storage.Keys(cur, namespace) {
 		m[k] = cur[k]
 	}
+	prefix := namespace + "/"
 	for i := len(evs) - 1; i >= 0; i-- {
 		e := evs[i]
-		if e.GR != gr || (namespace != "" && e.Obj.GetNamespace() != namespace) {
+		if e.GR != gr || (namespace != "" && !strings.HasPrefix(e.Key, prefix)) {
 			continue
 		}
 		if e.Type == watch.Added {
@@ -237,7 +239,7 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 		pageKeys = keys[i:]
 		page = make([]client.Object, len(pageKeys))
 		for j, k := range pageKeys {
-			page[j] = objs[k]
+			page[j] = objs[k].Object()
 		}
 	}
 	oldest := c.objs.OldestCovered(gvr.GroupResource())

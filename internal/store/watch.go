@@ -178,7 +178,7 @@ func (c *Cluster) watch(gvr schema.GroupVersionResource, namespace string, opts 
 	if withInitial {
 		m := c.objs.Resource(w.gr)
 		for _, k := range storage.Keys(m, namespace) {
-			w.initial = append(w.initial, m[k])
+			w.initial = append(w.initial, m[k].Object())
 		}
 	}
 	if opts.TimeoutSeconds != nil && *opts.TimeoutSeconds > 0 {
@@ -320,24 +320,26 @@ func (w *Watcher) next(cancel <-chan struct{}) (watch.Event, bool) {
 // matching the selectors is reported DELETED, one that starts matching ADDED, as the real
 // watch cache does.
 func (w *Watcher) convert(e *storage.Event) (watch.Event, bool) {
-	if w.ns != "" && e.Obj.GetNamespace() != w.ns {
+	obj := e.Obj.Object()
+	if w.ns != "" && obj.GetNamespace() != w.ns {
 		return watch.Event{}, false
 	}
 	switch e.Type {
 	case watch.Added, watch.Deleted:
-		if w.sel.matches(w.b, e.Obj) {
-			return watch.Event{Type: e.Type, Object: e.Obj.DeepCopyObject()}, true
+		if w.sel.matches(w.b, obj) {
+			return watch.Event{Type: e.Type, Object: obj.DeepCopyObject()}, true
 		}
 	case watch.Modified:
-		now, before := w.sel.matches(w.b, e.Obj), w.sel.matches(w.b, e.Old)
+		prev := e.Old.Object()
+		now, before := w.sel.matches(w.b, obj), w.sel.matches(w.b, prev)
 		switch {
 		case now && before:
-			return watch.Event{Type: watch.Modified, Object: e.Obj.DeepCopyObject()}, true
+			return watch.Event{Type: watch.Modified, Object: obj.DeepCopyObject()}, true
 		case now:
-			return watch.Event{Type: watch.Added, Object: e.Obj.DeepCopyObject()}, true
+			return watch.Event{Type: watch.Added, Object: obj.DeepCopyObject()}, true
 		case before:
 			// The previous state, stamped with the RV of the change that made it leave.
-			old := e.Old.DeepCopyObject().(client.Object)
+			old := prev.DeepCopyObject().(client.Object)
 			old.SetResourceVersion(formatRV(e.RV))
 			return watch.Event{Type: watch.Deleted, Object: old}, true
 		}

@@ -278,7 +278,7 @@ func (c *Cluster) writeOptimistically(gr schema.GroupResource, namespace, name s
 			c.mu.Unlock()
 			return nil, c.deletedError()
 		}
-		if c.getLocked(gr, key) != cur {
+		if !c.objs.IsCurrent(gr, key, cur) {
 			c.mu.Unlock()
 			continue
 		}
@@ -589,7 +589,7 @@ func (c *Cluster) DeleteCollection(gvr schema.GroupVersionResource, namespace st
 	m := c.objs.Resource(gvr.GroupResource())
 	var out []client.Object
 	for _, key := range storage.Keys(m, namespace) {
-		cur := m[key]
+		cur := c.getLocked(gvr.GroupResource(), key) // m changes as objects go
 		if cur == nil || !sel.matches(b, cur) {
 			continue
 		}
