@@ -20,3 +20,7 @@ func (s *Simulator) ForgetLeaseRenewal(cluster string) {
 		}
 	}
 }
+
+// SetPodFailureBackoff sets the first delay of the Job controller's pod failure back-off and of
+// the kubelets' crash-loop back-off.
+func (s *Simulator) SetPodFailureBackoff(d time.Duration) { s.podFailureBackoff.Store(int64(d)) }

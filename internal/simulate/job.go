@@ -3,11 +3,16 @@ package simulate
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -17,16 +22,38 @@ import (
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
 
-// jobController is kube-controller-manager's Job controller for NonIndexed Jobs whose pods
-// succeed (simulated containers exit 0 after Options.JobRunTime): up to parallelism pods at once
-// until completions succeeded, each carrying the batch.kubernetes.io/job-tracking finalizer until
-// the controller has counted it; SuccessCriteriaMet, then Complete once no pod is left running,
-// as 1.36 reports them; startTime, completionTime, ready and terminating counts; and the TTL
-// after finished controller's deletion (ttlSecondsAfterFinished).
+// jobController is kube-controller-manager's Job controller: up to parallelism pods at once
+// until completions succeeded (NonIndexed), or one pod per completion index (Indexed), each
+// carrying the batch.kubernetes.io/job-tracking finalizer until the controller has counted it
+// (status.uncountedTerminatedPods, then succeeded/failed and completedIndexes, as upstream);
+// failed pods count against backoffLimit (and, with restartPolicy OnFailure, their containers'
+// restarts), a replacement waits the pod failure backoff (10 s doubling, at most 10 min);
+// backoffLimit and activeDeadlineSeconds end the Job with FailureTarget then Failed, success
+// with SuccessCriteriaMet then Complete once no pod is left running, as 1.36 reports them;
+// startTime, completionTime, ready and terminating counts; and the TTL after finished
+// controller's deletion (ttlSecondsAfterFinished). Pods fail when ExitCodeAnnotation says so.
 type jobController struct {
 	c   *cluster
 	idx int
 }
+
+// ExitCodeAnnotation on a Job's pod template (or on any pod of a Job) is the exit code of the
+// pod's simulated containers once they have run for the job run time: "0" (as without it)
+// succeeds; any other code fails the pod (restartPolicy Never: phase Failed; OnFailure: the
+// kubelet restarts the containers after its crash-loop back-off), which counts against the
+// Job's backoffLimit.
+const ExitCodeAnnotation = "goofy.infrastructure.cluster.x-k8s.io/exit-code"
+
+// DefaultPodFailureBackoff is the Job controller's delay before it replaces a failed pod, doubled
+// for each further failure since the last success up to maxPodFailureBackoff; the kubelet's
+// crash-loop back-off starts at the same value (up to maxCrashLoopBackoff).
+const DefaultPodFailureBackoff = 10 * time.Second
+
+const (
+	maxPodFailureBackoff = 10 * time.Minute
+	maxCrashLoopBackoff  = 5 * time.Minute
+	defaultBackoffLimit  = 6
+)
 
 var (
 	jobsGR  = batchv1.SchemeGroupVersion.WithResource("jobs").GroupResource()
@@ -59,73 +86,190 @@ func jobCondition(job *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCond
 	return nil
 }
 
+func isIndexedJob(job *batchv1.Job) bool {
+	return ptr.Deref(job.Spec.CompletionMode, batchv1.NonIndexedCompletion) == batchv1.IndexedCompletion
+}
+
+// isPodFailed is upstream's rule: a Failed pod, or a deleted one that did not succeed (unless
+// the Job replaces only Failed pods).
+func isPodFailed(p *corev1.Pod, job *batchv1.Job) bool {
+	if p.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	if ptr.Deref(job.Spec.PodReplacementPolicy, batchv1.TerminatingOrFailed) == batchv1.Failed {
+		return false
+	}
+	return p.DeletionTimestamp != nil && p.Status.Phase != corev1.PodSucceeded
+}
+
 func (j *jobController) sync(ctx context.Context, key string) error {
 	job, _ := j.c.cache.get(jobsGR, key).(*batchv1.Job)
 	if job == nil || job.DeletionTimestamp != nil {
 		return nil
 	}
-	var active, succeeded, counted []*corev1.Pod
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	st := job.Status.DeepCopy()
+	if st.UncountedTerminatedPods == nil {
+		st.UncountedTerminatedPods = &batchv1.UncountedTerminatedPods{}
+	}
+	unc := st.UncountedTerminatedPods
+	uncounted := map[types.UID]bool{}
+	for _, uid := range unc.Succeeded {
+		uncounted[uid] = true
+	}
+	for _, uid := range unc.Failed {
+		uncounted[uid] = true
+	}
+	indexed := isIndexedJob(job)
+	completions := job.Spec.Completions
+	var active, succeededPods, failedPods, tracked []*corev1.Pod
 	var ready, terminating int32
+	var restarts int32
+	succeededIndexes := map[int]bool{}
+	if indexed {
+		for _, ix := range parseIndexes(st.CompletedIndexes, ptr.Deref(completions, 0)) {
+			succeededIndexes[ix] = true
+		}
+	}
+	present := map[types.UID]bool{}
 	for _, obj := range j.c.cache.owned(podsGR, job.UID) {
 		p := obj.(*corev1.Pod)
+		finalizer := hasString(p.Finalizers, batchv1.JobTrackingFinalizer)
+		present[p.UID] = finalizer
 		switch {
 		case p.Status.Phase == corev1.PodSucceeded:
-			succeeded = append(succeeded, p)
-		case p.DeletionTimestamp != nil:
+			succeededPods = append(succeededPods, p)
+			if ix, ok := completionIndex(p, completions); indexed && ok {
+				succeededIndexes[ix] = true
+			}
+		case isPodFailed(p, job):
+			failedPods = append(failedPods, p)
+		}
+		if p.DeletionTimestamp != nil && !isTerminal(p) {
 			terminating++
-		case !isTerminal(p):
+		} else if !isTerminal(p) {
 			active = append(active, p)
 			if isReady(p) {
 				ready++
 			}
+			for _, cs := range p.Status.ContainerStatuses {
+				restarts += cs.RestartCount
+			}
 		}
-		if isTerminal(p) && hasString(p.Finalizers, batchv1.JobTrackingFinalizer) {
-			counted = append(counted, p)
-		}
-	}
-	now := metav1.NewTime(time.Now().Truncate(time.Second))
-	st := job.Status.DeepCopy()
-	if st.StartTime == nil && !ptr.Deref(job.Spec.Suspend, false) {
-		st.StartTime = &now
-	}
-	st.Succeeded = max(st.Succeeded, int32(len(succeeded)))
-	st.Ready, st.Terminating = &ready, &terminating
-	completions := job.Spec.Completions
-	done := completions != nil && st.Succeeded >= *completions || completions == nil && st.Succeeded > 0
-	if done && jobCondition(job, batchv1.JobSuccessCriteriaMet) == nil {
-		st.Conditions = append(st.Conditions, batchv1.JobCondition{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue,
-			Reason: batchv1.JobReasonCompletionsReached, Message: "Reached expected number of succeeded pods", LastProbeTime: now, LastTransitionTime: now})
-	}
-	if !done && job.Status.CompletionTime == nil && !ptr.Deref(job.Spec.Suspend, false) {
-		want := ptr.Deref(job.Spec.Parallelism, 1)
-		if completions != nil {
-			want = min(want, *completions-st.Succeeded)
-		}
-		if n := int(want) - len(active); n > 0 {
-			for range min(n, burstReplicas) {
-				pod := podFromTemplate(job, &job.Spec.Template, jobKind)
-				pod.GenerateName = job.Name + "-"
-				pod.Finalizers = append(pod.Finalizers, batchv1.JobTrackingFinalizer)
-				if err := j.c.client.Create(ctx, pod); err != nil {
-					return err
+		if finalizer && (p.Status.Phase == corev1.PodSucceeded || isPodFailed(p, job)) {
+			tracked = append(tracked, p)
+			if !uncounted[p.UID] {
+				// Newly finished: recorded as uncounted before its finalizer goes.
+				uncounted[p.UID] = true
+				if p.Status.Phase == corev1.PodSucceeded {
+					unc.Succeeded = append(unc.Succeeded, p.UID)
+				} else {
+					unc.Failed = append(unc.Failed, p.UID)
 				}
 			}
 		}
 	}
-	// Finished pods are counted: their tracking finalizers go.
-	for _, p := range counted {
-		if err := removeFinalizer(ctx, j.c, p, batchv1.JobTrackingFinalizer); err != nil && !isGone(err) {
+	if st.StartTime == nil && !ptr.Deref(job.Spec.Suspend, false) {
+		st.StartTime = &now
+	}
+	// Record the uncounted pods before their finalizers go, so that none is counted twice or lost.
+	if len(tracked) > 0 && !apiequality.Semantic.DeepEqual(unc, job.Status.UncountedTerminatedPods) {
+		next := job.DeepCopy()
+		next.Status = *st.DeepCopy()
+		if err := j.c.client.Status().Update(ctx, next); err != nil {
+			return err
+		}
+		job = next
+	}
+	for _, p := range tracked {
+		if err := removeFinalizer(ctx, j.c, p, batchv1.JobTrackingFinalizer); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		present[p.UID] = false
+	}
+	// Counted: the uncounted pods whose finalizers are gone.
+	flush := func(uids []types.UID, count *int32) []types.UID {
+		var keep []types.UID
+		for _, uid := range uids {
+			if present[uid] {
+				keep = append(keep, uid)
+			} else {
+				*count++
+			}
+		}
+		return keep
+	}
+	unc.Succeeded = flush(unc.Succeeded, &st.Succeeded)
+	unc.Failed = flush(unc.Failed, &st.Failed)
+	if indexed {
+		st.Succeeded = int32(len(succeededIndexes))
+		st.CompletedIndexes = formatIndexes(succeededIndexes)
+	}
+	succeeded := st.Succeeded
+	if !indexed {
+		succeeded += int32(len(unc.Succeeded))
+	}
+	failed := st.Failed + int32(len(unc.Failed))
+
+	// Whether and how the Job ends: what an earlier sync decided, then failures, then success.
+	var finished *batchv1.JobCondition
+	if c := jobCondition(job, batchv1.JobSuccessCriteriaMet); c != nil {
+		finished = c
+	} else if c := jobCondition(job, batchv1.JobFailureTarget); c != nil {
+		finished = c
+	} else if failed > ptr.Deref(job.Spec.BackoffLimit, defaultBackoffLimit) || pastBackoffLimitOnFailure(job, restarts) {
+		finished = &batchv1.JobCondition{Type: batchv1.JobFailureTarget, Reason: batchv1.JobReasonBackoffLimitExceeded, Message: "Job has reached the specified backoff limit"}
+	} else if d := job.Spec.ActiveDeadlineSeconds; d != nil && st.StartTime != nil && !ptr.Deref(job.Spec.Suspend, false) {
+		if left := time.Until(st.StartTime.Add(time.Duration(*d) * time.Second)); left <= 0 {
+			finished = &batchv1.JobCondition{Type: batchv1.JobFailureTarget, Reason: batchv1.JobReasonDeadlineExceeded, Message: "Job was active longer than specified deadline"}
+		} else {
+			j.c.after(left, j.idx, key)
+		}
+	}
+	if finished == nil {
+		switch {
+		case indexed && completions != nil && succeeded >= *completions:
+			finished = successCondition()
+		case !indexed && len(active) == 0 && (completions == nil && succeeded > 0 || completions != nil && succeeded >= *completions):
+			finished = successCondition()
+		}
+	}
+	if finished != nil && (finished.Type == batchv1.JobFailureTarget || indexed) {
+		// A failing Job's pods are deleted (as an Indexed Job's left over once every index succeeded).
+		for _, p := range active {
+			if err := j.c.client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); err != nil && !isGone(err) {
+				return err
+			}
+			terminating++
+		}
+		active = nil
+	}
+	if finished == nil && !ptr.Deref(job.Spec.Suspend, false) {
+		if err := j.manage(ctx, key, job, active, succeeded, succeededIndexes, succeededPods, failedPods); err != nil {
 			return err
 		}
 	}
 	st.Active = int32(len(active))
-	if done && len(active) == 0 && terminating == 0 && jobCondition(job, batchv1.JobComplete) == nil {
-		st.Conditions = append(st.Conditions, batchv1.JobCondition{Type: batchv1.JobComplete, Status: corev1.ConditionTrue,
-			Reason: batchv1.JobReasonCompletionsReached, Message: "Reached expected number of succeeded pods", LastProbeTime: now, LastTransitionTime: now})
-		st.CompletionTime = &now
+	st.Ready, st.Terminating = &ready, &terminating
+	if finished != nil && jobCondition(job, finished.Type) == nil {
+		c := *finished
+		c.Status, c.LastProbeTime, c.LastTransitionTime = corev1.ConditionTrue, now, now
+		st.Conditions = append(st.Conditions, c)
 	}
-	if st.CompletionTime != nil && job.Spec.TTLSecondsAfterFinished != nil {
-		expires := st.CompletionTime.Add(time.Duration(*job.Spec.TTLSecondsAfterFinished) * time.Second)
+	// The terminal condition once no pod runs and every finished pod is counted.
+	if finished != nil && len(active) == 0 && terminating == 0 && len(unc.Succeeded)+len(unc.Failed) == 0 &&
+		jobCondition(job, batchv1.JobComplete) == nil && jobCondition(job, batchv1.JobFailed) == nil {
+		typ := batchv1.JobComplete
+		if finished.Type == batchv1.JobFailureTarget {
+			typ = batchv1.JobFailed
+		} else {
+			st.CompletionTime = &now
+		}
+		st.Conditions = append(st.Conditions, batchv1.JobCondition{Type: typ, Status: corev1.ConditionTrue,
+			Reason: finished.Reason, Message: finished.Message, LastProbeTime: now, LastTransitionTime: now})
+	}
+	if end := jobFinishedAt(st); end != nil && job.Spec.TTLSecondsAfterFinished != nil {
+		expires := end.Add(time.Duration(*job.Spec.TTLSecondsAfterFinished) * time.Second)
 		if wait := time.Until(expires); wait > 0 {
 			j.c.after(wait, j.idx, key)
 		} else {
@@ -139,6 +283,246 @@ func (j *jobController) sync(ctx context.Context, key string) error {
 	next := job.DeepCopy()
 	next.Status = *st
 	return j.c.client.Status().Update(ctx, next)
+}
+
+func successCondition() *batchv1.JobCondition {
+	return &batchv1.JobCondition{Type: batchv1.JobSuccessCriteriaMet, Reason: batchv1.JobReasonCompletionsReached, Message: "Reached expected number of succeeded pods"}
+}
+
+// jobFinishedAt is when the Job got its Complete or Failed condition.
+func jobFinishedAt(st *batchv1.JobStatus) *metav1.Time {
+	for _, c := range st.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return &c.LastTransitionTime
+		}
+	}
+	return nil
+}
+
+// pastBackoffLimitOnFailure: with restartPolicy OnFailure the restarts of the running pods'
+// containers count against backoffLimit.
+func pastBackoffLimitOnFailure(job *batchv1.Job, restarts int32) bool {
+	if job.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyOnFailure {
+		return false
+	}
+	limit := ptr.Deref(job.Spec.BackoffLimit, defaultBackoffLimit)
+	if limit == 0 {
+		return restarts > 0
+	}
+	return restarts >= limit
+}
+
+// manage creates the pods the Job lacks, once the pod failure back-off has passed.
+func (j *jobController) manage(ctx context.Context, key string, job *batchv1.Job, active []*corev1.Pod, succeeded int32,
+	succeededIndexes map[int]bool, succeededPods, failedPods []*corev1.Pod) error {
+	want := ptr.Deref(job.Spec.Parallelism, 1)
+	completions := job.Spec.Completions
+	switch {
+	case completions != nil:
+		want = min(want, *completions-succeeded)
+	case succeeded > 0:
+		want = 0 // a Job without completions is done once one pod succeeded: no new pods
+	}
+	n := int(want) - len(active)
+	if n <= 0 {
+		return nil
+	}
+	if wait := failureBackoff(succeededPods, failedPods, j.c.sim.backoffBase(), maxPodFailureBackoff); wait > 0 {
+		j.c.after(wait, j.idx, key)
+		return nil
+	}
+	var indexes []int
+	if isIndexedJob(job) {
+		busy := map[int]bool{}
+		for _, p := range active {
+			if ix, ok := completionIndex(p, completions); ok {
+				busy[ix] = true
+			}
+		}
+		for ix := 0; ix < int(ptr.Deref(completions, 0)) && len(indexes) < n; ix++ {
+			if !busy[ix] && !succeededIndexes[ix] {
+				indexes = append(indexes, ix)
+			}
+		}
+		n = len(indexes)
+	}
+	for i := range min(n, burstReplicas) {
+		pod := podFromTemplate(job, &job.Spec.Template, jobKind)
+		pod.GenerateName = job.Name + "-"
+		pod.Finalizers = append(pod.Finalizers, batchv1.JobTrackingFinalizer)
+		if indexes != nil {
+			indexPod(pod, job.Name, indexes[i])
+		}
+		if err := j.c.client.Create(ctx, pod); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// indexPod makes pod the one of a completion index, as upstream: the index annotation and
+// label, the JOB_COMPLETION_INDEX variable, the hostname <job>-<index> and the name
+// <job>-<index>-<random>.
+func indexPod(pod *corev1.Pod, job string, ix int) {
+	s := strconv.Itoa(ix)
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[batchv1.JobCompletionIndexAnnotation] = s
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[batchv1.JobCompletionIndexAnnotation] = s
+	if pod.Spec.Hostname == "" {
+		pod.Spec.Hostname = job + "-" + s
+	}
+	suffix := "-" + s + "-"
+	pod.GenerateName = job + suffix
+	if len(pod.GenerateName) > maxGeneratedNameLength {
+		pod.GenerateName = pod.GenerateName[:maxGeneratedNameLength-len(suffix)] + suffix
+	}
+	env := corev1.EnvVar{Name: "JOB_COMPLETION_INDEX", ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{FieldPath: fmt.Sprintf("metadata.labels['%s']", batchv1.JobCompletionIndexAnnotation)}}}
+	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if !hasEnv(list[i].Env, env.Name) {
+				list[i].Env = append(list[i].Env, env)
+			}
+		}
+	}
+}
+
+// maxGeneratedNameLength is the longest generateName the API server keeps whole.
+const maxGeneratedNameLength = 63 - 5
+
+func hasEnv(env []corev1.EnvVar, name string) bool {
+	for _, e := range env {
+		if e.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// completionIndex is the index a pod of an Indexed Job runs, when valid.
+func completionIndex(p *corev1.Pod, completions *int32) (int, bool) {
+	v, ok := p.Annotations[batchv1.JobCompletionIndexAnnotation]
+	if !ok {
+		return 0, false
+	}
+	ix, err := strconv.Atoi(v)
+	return ix, err == nil && ix >= 0 && ix < int(ptr.Deref(completions, 0))
+}
+
+// failureBackoff is how long the Job controller still waits before it creates a pod: base
+// doubled for each failure since the last success (at most maxDelay), from the last failure.
+func failureBackoff(succeededPods, failedPods []*corev1.Pod, base, maxDelay time.Duration) time.Duration {
+	var lastSuccess time.Time
+	for _, p := range succeededPods {
+		if t := podFinishedAt(p); t.After(lastSuccess) {
+			lastSuccess = t
+		}
+	}
+	var failures int
+	var lastFailure time.Time
+	for _, p := range failedPods {
+		t := podFinishedAt(p)
+		if !t.After(lastSuccess) {
+			continue
+		}
+		failures++
+		if t.After(lastFailure) {
+			lastFailure = t
+		}
+	}
+	if failures == 0 {
+		return 0
+	}
+	delay := base
+	for i := 1; i < failures && delay < maxDelay; i++ {
+		delay *= 2
+	}
+	return time.Until(lastFailure.Add(min(delay, maxDelay)))
+}
+
+// podFinishedAt is when a finished pod's containers ended, as upstream reads it: their
+// finishedAt, else the Ready condition's turn to False, else the deletion time, else creation.
+func podFinishedAt(p *corev1.Pod) time.Time {
+	var last time.Time
+	all := len(p.Status.ContainerStatuses) > 0
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Terminated == nil || cs.State.Terminated.FinishedAt.IsZero() {
+			all = false
+			break
+		}
+		if t := cs.State.Terminated.FinishedAt.Time; t.After(last) {
+			last = t
+		}
+	}
+	if all {
+		return last
+	}
+	if c := podCondition(p, corev1.PodReady); c != nil && c.Status == corev1.ConditionFalse && !c.LastTransitionTime.IsZero() {
+		return c.LastTransitionTime.Time
+	}
+	if p.DeletionTimestamp != nil {
+		return p.DeletionTimestamp.Time
+	}
+	return p.CreationTimestamp.Time
+}
+
+// parseIndexes reads completedIndexes ("0-3,5,7") below completions.
+func parseIndexes(s string, completions int32) []int {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		first, err := strconv.Atoi(lo)
+		if err != nil {
+			continue
+		}
+		last := first
+		if isRange {
+			if last, err = strconv.Atoi(hi); err != nil {
+				continue
+			}
+		}
+		for ix := max(first, 0); ix <= last && ix < int(completions); ix++ {
+			out = append(out, ix)
+		}
+	}
+	return out
+}
+
+// formatIndexes writes indexes in upstream's compressed form: ranges of three or more as
+// "first-last", pairs and single indexes listed ("0-3,5,6,9").
+func formatIndexes(set map[int]bool) string {
+	list := make([]int, 0, len(set))
+	for ix := range set {
+		list = append(list, ix)
+	}
+	sort.Ints(list)
+	var b strings.Builder
+	for i := 0; i < len(list); {
+		k := i
+		for k+1 < len(list) && list[k+1] == list[k]+1 {
+			k++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(list[i]))
+		switch {
+		case k == i+1:
+			b.WriteString("," + strconv.Itoa(list[k]))
+		case k > i+1:
+			b.WriteString("-" + strconv.Itoa(list[k]))
+		}
+		i = k + 1
+	}
+	return b.String()
 }
 
 func hasString(list []string, s string) bool {

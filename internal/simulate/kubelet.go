@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
@@ -93,16 +95,14 @@ func (k *kubelet) sync(ctx context.Context, key string) error {
 	default:
 		return nil
 	}
-	if isJobPod(pod) && pod.Status.StartTime != nil {
-		// A Job's containers exit 0 once they have run for JobRunTime.
-		if wait := pod.Status.StartTime.Add(k.c.jobRunTime()).Sub(now); wait > 0 {
+	if isJobPod(next) {
+		// A Job's containers exit once they have run for JobRunTime (see ExitCodeAnnotation).
+		if wait := k.runToCompletion(next, now, nodeReady(node)); wait > 0 {
 			k.c.after(wait, k.idx, key)
-		} else if nodeReady(node) {
-			completePod(next, now)
+		}
+		if isTerminal(next) {
 			return k.c.client.Status().Update(ctx, next)
 		}
-	} else if isJobPod(next) {
-		k.c.after(k.c.jobRunTime(), k.idx, key)
 	}
 	if nodeReady(node) {
 		ready, wait := containersReady(next, now)
@@ -126,6 +126,103 @@ func (k *kubelet) sync(ctx context.Context, key string) error {
 func isJobPod(p *corev1.Pod) bool {
 	ref := metav1.GetControllerOfNoCopy(p)
 	return ref != nil && ref.Kind == "Job" && p.Spec.RestartPolicy != corev1.RestartPolicyAlways
+}
+
+// runToCompletion advances a running Job pod's containers: once they have run for JobRunTime
+// they exit with the pod's ExitCodeAnnotation (0 without it). Exit 0 completes the pod; another
+// code fails it (restartPolicy Never) or, with OnFailure, restarts its containers after the
+// kubelet's crash-loop back-off (CrashLoopBackOff, restartCount and lastState as the kubelet
+// reports them). It returns how long until the next step is due (0: none, or the node is down).
+func (k *kubelet) runToCompletion(pod *corev1.Pod, now time.Time, up bool) time.Duration {
+	if len(pod.Status.ContainerStatuses) == 0 {
+		return 0
+	}
+	cs := pod.Status.ContainerStatuses[0]
+	switch {
+	case cs.State.Waiting != nil && cs.LastTerminationState.Terminated != nil:
+		at := cs.LastTerminationState.Terminated.FinishedAt.Add(crashLoopBackoff(cs.RestartCount, k.c.sim.backoffBase()))
+		if wait := at.Sub(now); wait > 0 {
+			return wait
+		}
+		if !up {
+			return 0
+		}
+		t := metav1.NewTime(now.Truncate(time.Second))
+		for i := range pod.Status.ContainerStatuses {
+			c := &pod.Status.ContainerStatuses[i]
+			c.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: t}}
+			c.Started = ptr.To(true)
+		}
+		return k.c.jobRunTime()
+	case cs.State.Running == nil:
+		return 0
+	}
+	if wait := cs.State.Running.StartedAt.Add(k.c.jobRunTime()).Sub(now); wait > 0 {
+		return wait
+	}
+	if !up {
+		return 0
+	}
+	code := exitCode(pod)
+	switch {
+	case code == 0:
+		completePod(pod, now)
+	case pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure:
+		t := metav1.NewTime(now.Truncate(time.Second))
+		for i := range pod.Status.ContainerStatuses {
+			c := &pod.Status.ContainerStatuses[i]
+			started := t
+			if c.State.Running != nil {
+				started = c.State.Running.StartedAt
+			}
+			c.LastTerminationState = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Error",
+				StartedAt: started, FinishedAt: t, ContainerID: c.ContainerID}}
+			c.RestartCount++
+			backoff := crashLoopBackoff(c.RestartCount, k.c.sim.backoffBase())
+			c.State = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+				Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", backoff, c.Name, pod.Name, pod.Namespace, pod.UID)}}
+			c.Started = ptr.To(false)
+		}
+		return crashLoopBackoff(cs.RestartCount+1, k.c.sim.backoffBase())
+	default:
+		failPod(pod, now, code)
+	}
+	return 0
+}
+
+// crashLoopBackoff is the kubelet's delay before it restarts a container that exited for the
+// restarts-th time: base doubled for each further restart, at most 5 minutes.
+func crashLoopBackoff(restarts int32, base time.Duration) time.Duration {
+	d := base
+	for i := int32(1); i < restarts && d < maxCrashLoopBackoff; i++ {
+		d *= 2
+	}
+	return min(d, maxCrashLoopBackoff)
+}
+
+// exitCode is the code a pod's simulated containers exit with (ExitCodeAnnotation), 0 by default.
+func exitCode(pod *corev1.Pod) int32 {
+	code, err := strconv.ParseInt(pod.Annotations[ExitCodeAnnotation], 10, 32)
+	if err != nil || code < 0 || code > 255 {
+		return 0
+	}
+	return int32(code)
+}
+
+// failPod is what the kubelet reports once a pod of restartPolicy Never has a container that
+// exited with a code other than 0.
+func failPod(pod *corev1.Pod, now time.Time, code int32) {
+	completePod(pod, now)
+	pod.Status.Phase = corev1.PodFailed
+	for i := range pod.Status.ContainerStatuses {
+		term := pod.Status.ContainerStatuses[i].State.Terminated
+		term.ExitCode, term.Reason = code, "Error"
+	}
+	for i := range pod.Status.Conditions {
+		if c := &pod.Status.Conditions[i]; c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+			c.Reason = "PodFailed"
+		}
+	}
 }
 
 // completePod is what the kubelet reports once every container exited 0.

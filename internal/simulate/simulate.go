@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -49,6 +50,8 @@ type Simulator struct {
 	busy chan struct{}
 	// podGCQuarantine: see podGCQuarantine (tests shorten it).
 	podGCQuarantine time.Duration
+	// podFailureBackoff: see DefaultPodFailureBackoff (tests shorten it).
+	podFailureBackoff atomic.Int64
 
 	mu       sync.Mutex
 	clusters map[string]*cluster
@@ -99,6 +102,15 @@ const (
 	// WorkloadsOff is today's lighter cluster even when Options.Workloads is on.
 	WorkloadsOff
 )
+
+// backoffBase is the first delay of the Job controller's pod failure back-off and of the
+// kubelets' crash-loop back-off.
+func (s *Simulator) backoffBase() time.Duration {
+	if d := time.Duration(s.podFailureBackoff.Load()); d > 0 {
+		return d
+	}
+	return DefaultPodFailureBackoff
+}
 
 // optionsFor merges a cluster's own settings over the simulator's.
 func (s *Simulator) optionsFor(name string) Options {
