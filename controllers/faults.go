@@ -67,7 +67,7 @@ func (b *faultBook) set(key string, kinds []string) {
 func clusterFaultKey(gc *infrav1.GoofyCluster) string { return "GoofyCluster/" + klogRef(gc) }
 func machineFaultKey(gm *infrav1.GoofyMachine) string { return "GoofyMachine/" + string(gm.UID) }
 
-// faultsObject is a GoofyCluster or GoofyMachine.
+// faultsObject is a GoofyCluster, GoofyMachine or GoofyMachinePool.
 type faultsObject interface {
 	client.Object
 	conditions.Setter
@@ -75,10 +75,13 @@ type faultsObject interface {
 
 // recordFaults sets the FaultsInjected condition (True naming the active faults; False once none
 // is left; absent on objects that never had one), emits an event when the active faults change,
-// and counts them in goofy_faults_active. It returns when to reconcile again: when the first
-// active fault with an until time ends.
+// and counts them in goofy_faults_active (not with an empty key: a GoofyMachinePool's faults are
+// counted on its instances). It returns when to reconcile again: when the first active fault with
+// an until time ends.
 func recordFaults(ctx context.Context, recorder events.EventRecorder, obj faultsObject, key string, a mux.ActiveFaults, now time.Time) time.Duration {
-	activeFaults.set(key, a.Kinds)
+	if key != "" {
+		activeFaults.set(key, a.Kinds)
+	}
 	var prev *metav1.Condition
 	if c := conditions.Get(obj, infrav1.FaultsInjectedCondition); c != nil {
 		prev = c.DeepCopy() // Get may point into the object's conditions, which Set changes

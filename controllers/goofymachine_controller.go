@@ -86,6 +86,11 @@ func (r *GoofyMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.
 			handler.EnqueueRequestsFromMapFunc(clusterToMachines),
 			builder.WithPredicates(clusterToMachinesEvents(mgr.GetScheme(), log)),
 		).
+		// A pool's faults are its instances' (machineFaultsOf).
+		Watches(&infrav1.GoofyMachinePool{},
+			handler.EnqueueRequestsFromMapFunc(poolToInstances(mgr.GetClient())),
+			builder.WithPredicates(poolSimulationChanged()),
+		).
 		Complete(r)
 }
 
@@ -204,8 +209,12 @@ func (s *machineScope) nodeName() string { return s.machine.Name }
 
 func (r *GoofyMachineReconciler) reconcileNormal(ctx context.Context, s *machineScope, backend MachineBackend) (ctrl.Result, error) {
 	now := r.Clock.Now()
-	active, nodeNotReady, etcdUnhealthy, vmFailed := mux.MachineFaults(s.gm.Spec.Simulation, s.gm.Annotations[NodeNotReadyAnnotation] != "", now)
-	s.faults = machineFaults{nodeNotReady: nodeNotReady, etcdUnhealthy: etcdUnhealthy, vmFailed: vmFailed}
+	// A pool instance without faults of its own has its pool's.
+	active, faults, err := machineFaultsOf(ctx, r.Client, s.gm, now)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	s.faults = faults
 	requeue := recordFaults(ctx, r.recorder, s.gm, machineFaultKey(s.gm), active, now)
 	if reason, msg := waitingFor(s); reason != "" {
 		setWaiting(s.gm, infrav1.VMProvisionedCondition, reason, msg)

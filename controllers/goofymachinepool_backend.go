@@ -81,28 +81,32 @@ func (b *simulatedMachinePoolBackend) ReconcileNormal(ctx context.Context, s *ma
 			Message: fmt.Sprintf("waiting for MachinePool %s's bootstrap data secret", klogRef(mp))})
 		return ctrl.Result{}, nil
 	}
-	if n := countActive(instances); n != int(desired) {
+	hash, err := instanceTemplateHash(s)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	bounds, strategyErr := rollingBounds(pool, desired)
+	plan := planInstances(instances, hash, int(desired), bounds, strategyErr == nil, deletePolicyOf(pool))
+	if !plan.empty() {
 		// Creating or deleting on a stale cache would create or delete too many: read the
-		// instances and their Machines again, uncached.
+		// instances and their Machines again, uncached, and plan again.
 		if instances, others, err = b.instances(ctx, b.live, s); err != nil {
 			return ctrl.Result{}, err
 		}
+		plan = planInstances(instances, hash, int(desired), bounds, strategyErr == nil, deletePolicyOf(pool))
 	}
-	switch n := countActive(instances); {
-	case n < int(desired):
-		for range int(desired) - n {
-			gm, err := b.createInstance(ctx, s)
-			if err != nil {
-				return ctrl.Result{}, err
-			}
-			instances = append(instances, poolInstance{gm: gm})
-		}
-	case n > int(desired):
-		if err := b.scaleDown(ctx, s, instances, n-int(desired)); err != nil {
+	if err := b.deleteMachines(ctx, instances, plan.remove, plan.rolling); err != nil {
+		return ctrl.Result{}, err
+	}
+	for range plan.create {
+		gm, err := b.createInstance(ctx, s, hash)
+		if err != nil {
 			return ctrl.Result{}, err
 		}
+		instances = append(instances, poolInstance{gm: gm})
 	}
 	report(s, instances, others, desired)
+	reportRollout(s, instances, hash, desired, strategyErr)
 	return ctrl.Result{}, nil
 }
 
@@ -187,8 +191,8 @@ const instanceNamePrefix = 57
 // createInstance creates one instance GoofyMachine: labelled for CAPI's MachinePool controller
 // (pool and cluster names), owned by the pool (not as controller: the Machine CAPI creates for it
 // becomes its controller), with its provider ID, the MachinePool's Kubernetes version and
-// bootstrap data secret, and the pool's instance template.
-func (b *simulatedMachinePoolBackend) createInstance(ctx context.Context, s *machinePoolScope) (*infrav1.GoofyMachine, error) {
+// bootstrap data secret, the pool's instance template, and the hash of all these (hash).
+func (b *simulatedMachinePoolBackend) createInstance(ctx context.Context, s *machinePoolScope, hash string) (*infrav1.GoofyMachine, error) {
 	pool, mp := s.pool, s.machinePool
 	prefix := pool.Name
 	if len(prefix) > instanceNamePrefix {
@@ -223,6 +227,7 @@ func (b *simulatedMachinePoolBackend) createInstance(ctx context.Context, s *mac
 		gm.Labels[clusterv1.MachinePoolNameLabel] = format.MustFormatValue(mp.Name)
 		gm.Labels[infrav1.MachinePoolInstanceLabel] = format.MustFormatValue(pool.Name)
 		gm.Annotations[infrav1.InstanceBootstrapDataAnnotation] = *mp.Spec.Template.Spec.Bootstrap.DataSecretName
+		gm.Annotations[infrav1.InstanceTemplateHashAnnotation] = hash
 		if v := mp.Spec.Template.Spec.Version; v != "" {
 			gm.Annotations[infrav1.InstanceKubernetesVersionAnnotation] = v
 		}
@@ -244,43 +249,21 @@ func (b *simulatedMachinePoolBackend) createInstance(ctx context.Context, s *mac
 	}
 }
 
-// scaleDown deletes the Machines of n instances (CAPI drains their Nodes, then deletes the
-// instances): first those whose Machine has the cluster.x-k8s.io/delete-machine annotation, then
-// those not Ready, then the oldest (or, with deletePolicy Newest, the newest). An instance whose
-// Machine CAPI has not created yet is left alone: its Machine is on its way.
-func (b *simulatedMachinePoolBackend) scaleDown(ctx context.Context, s *machinePoolScope, instances []poolInstance, n int) error {
-	var candidates []poolInstance
-	for _, in := range instances {
-		if !in.leaving && in.machine != nil {
-			candidates = append(candidates, in)
-		}
+// deleteMachines deletes the Machines of the chosen instances (CAPI drains their Nodes, then
+// deletes the instances) and marks them leaving in instances.
+func (b *simulatedMachinePoolBackend) deleteMachines(ctx context.Context, instances []poolInstance, chosen []*clusterv1.Machine, rolling bool) error {
+	msg := "Scaling down: deleting the Machine of a pool instance"
+	if rolling {
+		msg = "Rolling update: deleting the Machine of an out-of-date pool instance"
 	}
-	newest := s.pool.Spec.DeletePolicy == infrav1.DeletePolicyNewest
-	sort.SliceStable(candidates, func(i, j int) bool {
-		a, b := candidates[i], candidates[j]
-		if ma, mb := hasDeleteAnnotation(a.machine), hasDeleteAnnotation(b.machine); ma != mb {
-			return ma
-		}
-		if ra, rb := conditions.IsTrue(a.gm, infrav1.ReadyCondition), conditions.IsTrue(b.gm, infrav1.ReadyCondition); ra != rb {
-			return !ra
-		}
-		ta, tb := a.gm.CreationTimestamp, b.gm.CreationTimestamp
-		if !ta.Equal(&tb) {
-			if newest {
-				return tb.Before(&ta)
-			}
-			return ta.Before(&tb)
-		}
-		return a.gm.Name < b.gm.Name
-	})
 	deleted := map[*clusterv1.Machine]bool{}
-	for _, in := range candidates[:min(n, len(candidates))] {
-		ctrl.LoggerFrom(ctx).Info("Scaling down: deleting the Machine of a pool instance", "Machine", klogRef(in.machine), "GoofyMachine", klogRef(in.gm))
+	for _, m := range chosen {
+		ctrl.LoggerFrom(ctx).Info(msg, "Machine", klogRef(m))
 		// A copy: the Machine read may be the cache's own object.
-		if err := b.client.Delete(ctx, in.machine.DeepCopy(), client.Preconditions{UID: &in.machine.UID}); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting Machine %s of pool instance %s: %w", klogRef(in.machine), in.gm.Name, err)
+		if err := b.client.Delete(ctx, m.DeepCopy(), client.Preconditions{UID: &m.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting Machine %s of a pool instance: %w", klogRef(m), err)
 		}
-		deleted[in.machine] = true
+		deleted[m] = true
 	}
 	for i := range instances {
 		if deleted[instances[i].machine] {

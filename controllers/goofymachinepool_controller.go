@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/annotations"
@@ -24,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
 )
 
 // RBAC of the GoofyMachinePool reconciler: its pools, the instance GoofyMachines it creates and
@@ -49,8 +53,12 @@ type GoofyMachinePoolReconciler struct {
 	// WatchFilterValue, when set, restricts reconciliation to objects with the watch-filter label.
 	WatchFilterValue string
 
+	// Clock tells the time of the pool's faults (spec.simulation); nil: the real clock.
+	Clock clock.PassiveClock
+
 	// chooseBackend, when set, replaces the choice of the backend (tests).
 	chooseBackend func(*machinePoolScope) MachinePoolBackend
+	recorder      events.EventRecorder
 }
 
 // SetupWithManager registers the reconciler: GoofyMachinePools, their MachinePools (replicas,
@@ -58,6 +66,7 @@ type GoofyMachinePoolReconciler struct {
 // Cluster's creation, resyncs and pause transitions.
 func (r *GoofyMachinePoolReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	log := predicateLogger(ctrl.LoggerFrom(ctx))
+	r.recorder = mgr.GetEventRecorder("goofymachinepool-controller")
 	clusterToPools, err := util.ClusterToTypedObjectsMapper(mgr.GetClient(), &infrav1.GoofyMachinePoolList{}, mgr.GetScheme())
 	if err != nil {
 		return err
@@ -191,7 +200,18 @@ func (r *GoofyMachinePoolReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	pool.Status.InfrastructureMachineKind = "GoofyMachine"
 	res, err = backend.ReconcileNormal(ctx, s)
 	setPoolSummary(pool)
-	return res, err
+	// The pool's faults apply to its instances (their GoofyMachine reconciler reads them); the
+	// pool reports them too, and is reconciled again when the first one ends.
+	now := r.now()
+	active, _, _, _ := mux.MachineFaults(pool.Spec.Simulation, false, now)
+	return sooner(res, recordFaults(ctx, r.recorder, pool, "", active, now)), err
+}
+
+func (r *GoofyMachinePoolReconciler) now() time.Time {
+	if r.Clock == nil {
+		return time.Now()
+	}
+	return r.Clock.Now()
 }
 
 func (r *GoofyMachinePoolReconciler) reconcileDelete(ctx context.Context, s *machinePoolScope, backend MachinePoolBackend) (ctrl.Result, error) {

@@ -13,8 +13,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/labels/format"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -27,6 +30,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/testenv"
 )
 
@@ -554,4 +558,430 @@ func TestMachinePoolWatches(t *testing.T) {
 	p.setReplicas(t, 3)
 	g.Eventually(func() []infrav1.GoofyMachine { return p.instances(t) }, wakeTimeout, 50*time.Millisecond).Should(HaveLen(3))
 	g.Expect(p.instances(t)).To(HaveLen(3), "no more than the replicas, whatever the cache saw")
+}
+
+// markReady sets the Ready condition of the pool's instances (all those not Ready yet), as the
+// GoofyMachine reconciler does once their nodes are Ready.
+func (p *poolFixture) markReady(t *testing.T) {
+	t.Helper()
+	for _, gm := range ptrs(p.instances(t)) {
+		if !gm.DeletionTimestamp.IsZero() || instanceIs(gm, infrav1.ReadyCondition) {
+			continue
+		}
+		gm.Status.Conditions = append(gm.Status.Conditions, metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionTrue,
+			Reason: infrav1.ReadyReason, LastTransitionTime: metav1.Now()})
+		if err := k8sClient.Status().Update(context.Background(), gm); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func instanceIs(gm *infrav1.GoofyMachine, condType string) bool {
+	c := condition(gm, condType)
+	return c != nil && c.Status == metav1.ConditionTrue
+}
+
+// poolCount is what the pool has: instances not leaving (neither they nor their Machine being
+// deleted), of them those Ready, those made from the old template hash and the others.
+type poolCount struct{ active, ready, old, new int }
+
+func (p *poolFixture) count(t *testing.T, old string) poolCount {
+	t.Helper()
+	machines := map[string]clusterv1.Machine{}
+	for _, m := range p.machines(t) {
+		machines[m.Name] = m
+	}
+	var c poolCount
+	for _, gm := range ptrs(p.instances(t)) {
+		m, hasMachine := machines[gm.Name]
+		if !gm.DeletionTimestamp.IsZero() || (hasMachine && !m.DeletionTimestamp.IsZero()) {
+			continue
+		}
+		c.active++
+		if instanceIs(gm, infrav1.ReadyCondition) {
+			c.ready++
+		}
+		if gm.Annotations[infrav1.InstanceTemplateHashAnnotation] == old {
+			c.old++
+		} else {
+			c.new++
+		}
+	}
+	return c
+}
+
+// hashOf is the template hash the pool's instances carry now (all the same: a settled pool).
+func (p *poolFixture) hashOf(t *testing.T) string {
+	t.Helper()
+	hashes := map[string]bool{}
+	for _, gm := range p.instances(t) {
+		hashes[gm.Annotations[infrav1.InstanceTemplateHashAnnotation]] = true
+	}
+	if len(hashes) != 1 {
+		t.Fatalf("the pool's instances carry %d template hashes: %v", len(hashes), hashes)
+	}
+	for h := range hashes {
+		return h
+	}
+	return ""
+}
+
+// settledPool is a pool of n Ready instances with their Machines.
+func settledPool(t *testing.T, name string, n int32, mutate func(*infrav1.GoofyMachinePool)) *poolFixture {
+	t.Helper()
+	f := newFixture(t, newNamespace(t), name, nil)
+	p := newPool(t, f, "pool", n)
+	if mutate != nil {
+		mutate(p.pool)
+		if err := k8sClient.Update(context.Background(), p.pool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.reconcile(t, 2)
+	p.playCAPI(t, nil)
+	p.markReady(t)
+	p.reconcile(t, 1)
+	return p
+}
+
+// rollUntilDone plays CAPI (Machines for new instances, deletions finished) and the GoofyMachine
+// reconciler (new instances Ready) between reconciles of the pool until no instance is out of
+// date, checking after every reconcile that the pool has at most desired+maxSurge instances and
+// at least desired-maxUnavailable Ready ones. It returns the number of reconciles.
+func (p *poolFixture) rollUntilDone(t *testing.T, desired, surge, unavailable int, old string) int {
+	t.Helper()
+	g := NewWithT(t)
+	for i := 1; i <= 20; i++ {
+		p.reconcile(t, 1)
+		c := p.count(t, old)
+		total := c.active
+		g.Expect(total).To(BeNumerically("<=", desired+surge), "reconcile %d: more instances than replicas + maxSurge", i)
+		g.Expect(c.ready).To(BeNumerically(">=", desired-unavailable), "reconcile %d: fewer Ready instances than replicas - maxUnavailable", i)
+		p.playCAPI(t, nil)
+		if c.old == 0 && total == desired { // no instance with the old hash is left
+			return i
+		}
+		p.markReady(t)
+	}
+	t.Fatalf("instances of the old template are left after 20 reconciles: %+v", p.count(t, old))
+	return 0
+}
+
+// TestMachinePoolRollingUpdate: a version bump of the MachinePool makes every instance out of
+// date. With the default strategy (maxSurge 1, maxUnavailable 0) the pool first adds one new
+// instance and deletes no Machine until it is Ready; then it deletes the Machine marked
+// cluster.x-k8s.io/delete-machine first (not the oldest), and so on, never above 4 instances nor
+// below 3 Ready ones, until the 3 instances are new: their version annotation and hash are the
+// current ones, RollingOut is False and upToDateReplicas 3.
+func TestMachinePoolRollingUpdate(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	p := settledPool(t, "roll", 3, nil)
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.RollingOutCondition, metav1.ConditionFalse, infrav1.NotRollingOutReason))
+	g.Expect(p.pool.Status.UpToDateReplicas).To(Equal(ptr.To[int32](3)))
+	old := p.hashOf(t)
+	first := p.instances(t)
+	sort.SliceStable(first, func(i, j int) bool { return first[i].CreationTimestamp.Before(&first[j].CreationTimestamp) })
+	// The newest of the old instances is marked for deletion.
+	marked := &clusterv1.Machine{}
+	g.Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: p.f.ns, Name: first[2].Name}, marked)).To(Succeed())
+	marked.Annotations = map[string]string{clusterv1.DeleteMachineAnnotation: ""}
+	g.Expect(k8sClient.Update(ctx, marked)).To(Succeed())
+
+	// Nothing changed: nothing rolls.
+	p.reconcile(t, 1)
+	g.Expect(p.count(t, old)).To(Equal(poolCount{active: 3, ready: 3, old: 3}))
+
+	get(t, p.mp)
+	p.mp.Spec.Template.Spec.Version = "v1.36.4"
+	g.Expect(k8sClient.Update(ctx, p.mp)).To(Succeed())
+	p.reconcile(t, 1)
+	g.Expect(p.count(t, old)).To(Equal(poolCount{active: 4, ready: 3, old: 3, new: 1}), "one new instance (maxSurge 1), no Machine deleted")
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.RollingOutCondition, metav1.ConditionTrue, infrav1.RollingUpdateInProgressReason))
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.InstancesReadyCondition, metav1.ConditionFalse, infrav1.RollingUpdateInProgressReason))
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.ReadyCondition, metav1.ConditionFalse, infrav1.RollingUpdateInProgressReason))
+	g.Expect(p.pool.Status.UpToDateReplicas).To(Equal(ptr.To[int32](1)))
+	g.Expect(p.pool.Status.Replicas).To(Equal(ptr.To[int32](4)))
+	// While the new instance is not Ready, no old one goes and no other comes.
+	p.playCAPI(t, nil)
+	p.reconcile(t, 2)
+	g.Expect(p.count(t, old)).To(Equal(poolCount{active: 4, ready: 3, old: 3, new: 1}))
+	for _, m := range p.machines(t) {
+		g.Expect(m.DeletionTimestamp.IsZero()).To(BeTrue(), "Machine %s deleted before the new instance was Ready", m.Name)
+	}
+
+	p.markReady(t)
+	p.reconcile(t, 1)
+	var deleting []string
+	for _, m := range p.machines(t) {
+		if !m.DeletionTimestamp.IsZero() {
+			deleting = append(deleting, m.Name)
+		}
+	}
+	g.Expect(deleting).To(Equal([]string{marked.Name}), "the Machine marked for deletion goes first")
+	g.Expect(p.count(t, old)).To(Equal(poolCount{active: 4, ready: 3, old: 2, new: 2}), "and the next new instance comes")
+
+	p.rollUntilDone(t, 3, 1, 0, old)
+	p.markReady(t)
+	p.reconcile(t, 1)
+	instances := p.instances(t)
+	g.Expect(instances).To(HaveLen(3))
+	for _, gm := range instances {
+		g.Expect(names(ptrs(first))).NotTo(ContainElement(gm.Name))
+		g.Expect(gm.Annotations).To(HaveKeyWithValue(infrav1.InstanceKubernetesVersionAnnotation, "v1.36.4"))
+		g.Expect(gm.Annotations[infrav1.InstanceTemplateHashAnnotation]).NotTo(Equal(old))
+	}
+	g.Expect(p.pool.Status.UpToDateReplicas).To(Equal(ptr.To[int32](3)))
+	g.Expect(p.pool.Status.ReadyReplicas).To(Equal(ptr.To[int32](3)))
+	g.Expect(p.pool.Spec.ProviderIDList).To(Equal(providerIDs(instances)))
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.RollingOutCondition, metav1.ConditionFalse, infrav1.NotRollingOutReason))
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.ReadyCondition, metav1.ConditionTrue, infrav1.ReadyReason))
+}
+
+// TestMachinePoolRollingUpdateBounds: the strategy's bounds hold for other values and for
+// percentages, and a change of the instance template, of the bootstrap data or of the bootstrap
+// config reference rolls as a version bump does; spec.simulation (faults) does not.
+func TestMachinePoolRollingUpdateBounds(t *testing.T) {
+	requireEnv(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name                  string
+		replicas              int32
+		surge, unavailable    intstr.IntOrString
+		wantSurge, wantUnav   int
+		change                func(*poolFixture)
+		firstActive, firstOld int // after the first reconcile of the change
+	}{
+		{name: "surge-0-unavailable-50pct", replicas: 2, surge: intstr.FromInt32(0), unavailable: intstr.FromString("50%"), wantSurge: 0, wantUnav: 1,
+			change: func(p *poolFixture) {
+				get(t, p.pool)
+				p.pool.Spec.Template.Spec.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}
+				if err := k8sClient.Update(ctx, p.pool); err != nil {
+					t.Fatal(err)
+				}
+			},
+			firstActive: 2, firstOld: 1},
+		{name: "surge-100pct", replicas: 2, surge: intstr.FromString("100%"), unavailable: intstr.FromInt32(0), wantSurge: 2, wantUnav: 0,
+			change: func(p *poolFixture) {
+				get(t, p.mp)
+				p.mp.Spec.Template.Spec.Bootstrap.DataSecretName = ptr.To("pool-bootstrap-2")
+				if err := k8sClient.Update(ctx, p.mp); err != nil {
+					t.Fatal(err)
+				}
+			},
+			firstActive: 4, firstOld: 2},
+		{name: "surge-1-unavailable-1-of-4", replicas: 4, surge: intstr.FromInt32(1), unavailable: intstr.FromInt32(1), wantSurge: 1, wantUnav: 1,
+			change: func(p *poolFixture) {
+				get(t, p.mp)
+				p.mp.Spec.Template.Spec.Bootstrap.ConfigRef = clusterv1.ContractVersionedObjectReference{
+					APIGroup: "bootstrap.cluster.x-k8s.io", Kind: "KubeadmConfig", Name: "pool-2"}
+				if err := k8sClient.Update(ctx, p.mp); err != nil {
+					t.Fatal(err)
+				}
+			},
+			firstActive: 5, firstOld: 3}, // one Machine deleted, two created
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			p := settledPool(t, "bounds", tc.replicas, func(pool *infrav1.GoofyMachinePool) {
+				pool.Spec.Strategy.RollingUpdate = &infrav1.MachinePoolRollingUpdate{MaxSurge: &tc.surge, MaxUnavailable: &tc.unavailable}
+			})
+			old := p.hashOf(t)
+
+			// Faults are not the template: no instance is replaced.
+			get(t, p.pool)
+			p.pool.Spec.Simulation = &infrav1.MachineSimulation{NodeNotReady: true}
+			g.Expect(k8sClient.Update(ctx, p.pool)).To(Succeed())
+			p.reconcile(t, 1)
+			g.Expect(p.count(t, old)).To(Equal(poolCount{active: int(tc.replicas), ready: int(tc.replicas), old: int(tc.replicas)}))
+
+			tc.change(p)
+			p.reconcile(t, 1)
+			c := p.count(t, old)
+			g.Expect(c.active).To(Equal(tc.firstActive), "%+v", c)
+			g.Expect(c.old).To(Equal(tc.firstOld), "old instances left: %+v", c)
+			p.playCAPI(t, nil)
+			p.markReady(t)
+			p.rollUntilDone(t, int(tc.replicas), tc.wantSurge, tc.wantUnav, old)
+			g.Expect(p.count(t, old).active).To(Equal(int(tc.replicas)))
+		})
+	}
+}
+
+// TestMachinePoolRollingUpdateAfterRestart: what an instance was made from is on the instance,
+// so a reconciler that starts afresh (a manager restart) finds the same instances up to date
+// (it replaces none) and, after a change made while no manager ran, the same ones out of date.
+func TestMachinePoolRollingUpdateAfterRestart(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	p := settledPool(t, "restart", 2, nil)
+	old := p.hashOf(t)
+	before := names(ptrs(p.instances(t)))
+
+	p.r = &GoofyMachinePoolReconciler{Client: k8sClient} // a new process
+	p.reconcile(t, 2)
+	g.Expect(names(ptrs(p.instances(t)))).To(Equal(before), "a restart replaces nothing")
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.RollingOutCondition, metav1.ConditionFalse, infrav1.NotRollingOutReason))
+
+	get(t, p.pool)
+	p.pool.Spec.Template.ObjectMeta.Labels = map[string]string{"generation": "2"}
+	g.Expect(k8sClient.Update(ctx, p.pool)).To(Succeed())
+	p.r = &GoofyMachinePoolReconciler{Client: k8sClient} // started after the change
+	p.reconcile(t, 1)
+	g.Expect(p.count(t, old)).To(Equal(poolCount{active: 3, ready: 2, old: 2, new: 1}))
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.RollingOutCondition, metav1.ConditionTrue, infrav1.RollingUpdateInProgressReason))
+	p.playCAPI(t, nil)
+	p.markReady(t)
+	p.r = &GoofyMachinePoolReconciler{Client: k8sClient} // and again in the middle of the update
+	p.rollUntilDone(t, 2, 1, 0, old)
+	for _, gm := range p.instances(t) {
+		g.Expect(gm.Labels).To(HaveKeyWithValue("generation", "2"))
+	}
+}
+
+// TestMachinePoolInvalidStrategy: a maxSurge that is no percentage replaces nothing and says so.
+func TestMachinePoolInvalidStrategy(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	p := settledPool(t, "invalid", 2, nil)
+	old := p.hashOf(t)
+	get(t, p.pool)
+	p.pool.Spec.Strategy.RollingUpdate = &infrav1.MachinePoolRollingUpdate{MaxSurge: ptr.To(intstr.FromString("lots"))}
+	g.Expect(k8sClient.Update(ctx, p.pool)).To(Succeed())
+	get(t, p.mp)
+	p.mp.Spec.Template.Spec.Version = "v1.36.4"
+	g.Expect(k8sClient.Update(ctx, p.mp)).To(Succeed())
+	p.reconcile(t, 2)
+	g.Expect(p.count(t, old)).To(Equal(poolCount{active: 2, ready: 2, old: 2}))
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.RollingOutCondition, metav1.ConditionFalse, infrav1.InvalidStrategyReason))
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.InstancesReadyCondition, metav1.ConditionFalse, infrav1.InvalidStrategyReason))
+	g.Expect(poolCondition(p.pool, infrav1.RollingOutCondition).Message).To(ContainSubstring(`maxSurge "lots"`))
+}
+
+// TestMachinePoolFaults: a pool's spec.simulation applies to every instance that has no
+// spec.simulation of its own (their Nodes NotReady, FaultsInjected naming the pool, counted per
+// instance in goofy_faults_active); an instance's own spec.simulation overrides it (simulation: {}
+// exempts it); the pool reports its faults in FaultsInjected and events, is reconciled again when
+// the first ends, and changing them replaces no instance.
+func TestMachinePoolFaults(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	h := newHarness(t)
+	rec := events.NewFakeRecorder(50)
+	h.machineR.recorder = rec
+	f := newFixture(t, newNamespace(t), "faulty-pool", nil)
+	h.provisionCluster(t, f)
+	get(t, f.cluster)
+	f.cluster.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
+	g.Expect(k8sClient.Status().Update(ctx, f.cluster)).To(Succeed())
+	p := newPool(t, f, "pool", 2)
+	p.r.Clock, p.r.recorder = h.clock, rec
+	p.reconcile(t, 2)
+	p.playCAPI(t, h)
+	instances := ptrs(p.instances(t))
+	for _, gm := range instances {
+		h.reconcileUntilReady(t, gm)
+	}
+	p.reconcile(t, 1)
+	g.Expect(conditions.Get(p.pool, infrav1.FaultsInjectedCondition)).To(BeNil(), "no condition on a pool that never had a fault")
+	drain(rec)
+	wc, err := mustListener(t, h, f).GetClient()
+	g.Expect(err).NotTo(HaveOccurred())
+	nodeReady := func(gm *infrav1.GoofyMachine) corev1.ConditionStatus {
+		node := &corev1.Node{}
+		g.Expect(wc.Get(ctx, client.ObjectKey{Name: gm.Name}, node)).To(Succeed())
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				return c.Status
+			}
+		}
+		return ""
+	}
+	reconcileAll := func() {
+		for _, gm := range instances {
+			h.reconcileMachine(t, gm)
+			get(t, gm)
+		}
+	}
+	before := names(instances)
+	gauge := faultGauge(mux.KindNodeNotReady)
+
+	until := metav1.NewTime(h.clock.Now().Add(time.Minute))
+	get(t, p.pool)
+	p.pool.Spec.Simulation = &infrav1.MachineSimulation{NodeNotReady: true, NodeNotReadyUntil: &until}
+	g.Expect(k8sClient.Update(ctx, p.pool)).To(Succeed())
+	res, err := p.r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p.pool)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.RequeueAfter).To(BeNumerically("~", time.Minute, time.Second), "reconciled again when the fault ends")
+	get(t, p.pool)
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.FaultsInjectedCondition, metav1.ConditionTrue, infrav1.FaultsActiveReason))
+	g.Expect(conditions.Get(p.pool, infrav1.FaultsInjectedCondition).Message).To(Equal("nodeNotReady"))
+	g.Expect(drain(rec)).To(ConsistOf(And(ContainSubstring("FaultsInjected"), ContainSubstring("nodeNotReady"))))
+	g.Expect(faultGauge(mux.KindNodeNotReady)).To(Equal(gauge), "the pool itself is not counted, its instances are")
+
+	reconcileAll()
+	for _, gm := range instances {
+		g.Expect(nodeReady(gm)).To(Equal(corev1.ConditionFalse), gm.Name)
+		g.Expect(gm.Status.Conditions).To(haveCondition(infrav1.FaultsInjectedCondition, metav1.ConditionTrue, infrav1.FaultsActiveReason))
+		g.Expect(conditions.Get(gm, infrav1.FaultsInjectedCondition).Message).To(Equal("nodeNotReady (GoofyMachinePool pool)"))
+	}
+	g.Expect(faultGauge(mux.KindNodeNotReady)).To(Equal(gauge + 2))
+	g.Expect(drain(rec)).To(HaveLen(2))
+
+	// One instance is exempted by its own (empty) spec.simulation.
+	get(t, instances[1])
+	instances[1].Spec.Simulation = &infrav1.MachineSimulation{}
+	g.Expect(k8sClient.Update(ctx, instances[1])).To(Succeed())
+	reconcileAll()
+	g.Expect(nodeReady(instances[0])).To(Equal(corev1.ConditionFalse))
+	g.Expect(nodeReady(instances[1])).To(Equal(corev1.ConditionTrue))
+	g.Expect(instances[1].Status.Conditions).To(haveCondition(infrav1.FaultsInjectedCondition, metav1.ConditionFalse, infrav1.NoFaultsReason))
+	g.Expect(faultGauge(mux.KindNodeNotReady)).To(Equal(gauge + 1))
+
+	// The fault ends by itself.
+	h.clock.Step(time.Minute + time.Second)
+	reconcileAll()
+	p.reconcile(t, 1)
+	g.Expect(nodeReady(instances[0])).To(Equal(corev1.ConditionTrue))
+	g.Expect(instances[0].Status.Conditions).To(haveCondition(infrav1.FaultsInjectedCondition, metav1.ConditionFalse, infrav1.NoFaultsReason))
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.FaultsInjectedCondition, metav1.ConditionFalse, infrav1.NoFaultsReason))
+	g.Expect(drain(rec)).To(ContainElement(ContainSubstring("FaultsCleared")))
+	g.Expect(faultGauge(mux.KindNodeNotReady)).To(Equal(gauge))
+	g.Expect(names(ptrs(p.instances(t)))).To(Equal(before), "faults replace no instance")
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.RollingOutCondition, metav1.ConditionFalse, infrav1.NotRollingOutReason))
+}
+
+// TestPoolFaultsReachInstances: a change of a pool's spec.simulation, and nothing else of it,
+// wakes the GoofyMachine reconciler for each of the pool's instances (not another pool's).
+func TestPoolFaultsReachInstances(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	f := newFixture(t, newNamespace(t), "fault-watch", nil)
+	p := newPool(t, f, "pool", 2)
+	p.reconcile(t, 2)
+	other := newPool(t, f, "other", 1)
+	other.reconcile(t, 2)
+	var want []string
+	for _, gm := range p.instances(t) {
+		want = append(want, gm.Name)
+	}
+	var got []string
+	for _, req := range poolToInstances(k8sClient)(context.Background(), p.pool) {
+		got = append(got, req.Name)
+	}
+	sort.Strings(got)
+	g.Expect(got).To(Equal(want))
+
+	update := func(mutate func(*infrav1.GoofyMachinePool)) bool {
+		n := p.pool.DeepCopy()
+		mutate(n)
+		return poolSimulationChanged().Update(event.UpdateEvent{ObjectOld: p.pool, ObjectNew: n})
+	}
+	g.Expect(update(func(n *infrav1.GoofyMachinePool) { n.Spec.Simulation = &infrav1.MachineSimulation{VMFailed: true} })).To(BeTrue())
+	g.Expect(update(func(n *infrav1.GoofyMachinePool) { n.Spec.DeletePolicy = infrav1.DeletePolicyNewest })).To(BeFalse())
+	g.Expect(update(func(n *infrav1.GoofyMachinePool) { n.Status.Replicas = ptr.To[int32](7) })).To(BeFalse())
 }

@@ -133,7 +133,7 @@ func TestKubectlAppliesCRDsAndSamples(t *testing.T) {
 
 	out, err = kubectl("get", "gfmp")
 	g.Expect(err).NotTo(HaveOccurred(), out)
-	g.Expect(strings.Fields(strings.SplitN(out, "\n", 2)[0])).To(Equal([]string{"NAME", "CLUSTER", "MACHINEPOOL", "REPLICAS", "READY", "PROVISIONED", "AGE"}))
+	g.Expect(strings.Fields(strings.SplitN(out, "\n", 2)[0])).To(Equal([]string{"NAME", "CLUSTER", "MACHINEPOOL", "REPLICAS", "READY", "UP-TO-DATE", "PROVISIONED", "AGE"}))
 
 	out, err = kubectl("get", "gfm")
 	g.Expect(err).NotTo(HaveOccurred(), out)

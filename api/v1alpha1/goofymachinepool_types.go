@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 )
 
@@ -37,6 +38,20 @@ const (
 	NoProviderIDCollisionReason = "NoProviderIDCollision"
 	// BackendNotSupportedReason: the GoofyCluster's backend provides no machine pools (yet).
 	BackendNotSupportedReason = "BackendNotSupported"
+
+	// RollingOutCondition is True while the pool replaces instances that are not up to date
+	// (made from another instance template, Kubernetes version or bootstrap configuration than
+	// the current ones), as CAPI's MachineDeployment RollingOut condition; False once every
+	// instance is up to date.
+	RollingOutCondition = "RollingOut"
+	// RollingUpdateInProgressReason: RollingOut is True, and InstancesReady is False while
+	// instances are replaced.
+	RollingUpdateInProgressReason = "RollingUpdateInProgress"
+	// NotRollingOutReason: every instance is up to date.
+	NotRollingOutReason = "NotRollingOut"
+	// InvalidStrategyReason: spec.strategy.rollingUpdate has a maxSurge or maxUnavailable that is
+	// neither a non-negative integer nor a percentage; out-of-date instances are not replaced.
+	InvalidStrategyReason = "InvalidStrategy"
 )
 
 // Labels and annotations on a pool's instance GoofyMachines.
@@ -50,7 +65,56 @@ const (
 	// InstanceBootstrapDataAnnotation is the bootstrap data secret an instance joins with: the
 	// MachinePool's spec.template.spec.bootstrap.dataSecretName when the instance was created.
 	InstanceBootstrapDataAnnotation = "goofy.infrastructure.cluster.x-k8s.io/bootstrap-data-secret"
+	// InstanceTemplateHashAnnotation is the hash of what an instance was made from: the pool's
+	// spec.template, the MachinePool's Kubernetes version, bootstrap config reference and data
+	// secret name. An instance whose hash differs from the current one is out of date and is
+	// replaced by a rolling update.
+	InstanceTemplateHashAnnotation = "goofy.infrastructure.cluster.x-k8s.io/instance-template-hash"
 )
+
+// MachinePoolStrategyType is how a pool replaces out-of-date instances.
+// +kubebuilder:validation:Enum=RollingUpdate
+type MachinePoolStrategyType string
+
+// RollingUpdateMachinePoolStrategyType replaces out-of-date instances a few at a time: new ones
+// first (maxSurge), old ones removed (through their Machines) as long as no more than
+// maxUnavailable are missing from the desired ready instances.
+const RollingUpdateMachinePoolStrategyType MachinePoolStrategyType = "RollingUpdate"
+
+// GoofyMachinePoolStrategy is the shape of CAPZ's AzureMachinePoolDeploymentStrategy.
+type GoofyMachinePoolStrategy struct {
+	// type of the strategy; only RollingUpdate (the default).
+	// +optional
+	// +kubebuilder:default:=RollingUpdate
+	Type MachinePoolStrategyType `json:"type,omitempty"`
+
+	// rollingUpdate bounds the replacement of out-of-date instances.
+	// +optional
+	RollingUpdate *MachinePoolRollingUpdate `json:"rollingUpdate,omitempty"`
+}
+
+// MachinePoolRollingUpdate bounds a rolling replacement of a pool's instances, as CAPZ's
+// MachineRollingUpdateDeployment does. Both may not be 0: then maxUnavailable counts as 1, as a
+// Deployment's.
+type MachinePoolRollingUpdate struct {
+	// maxUnavailable is how many instances, an integer or a percentage of the MachinePool's
+	// replicas (rounded down), may be missing from the Ready ones during the update. Default 0.
+	// +optional
+	// +kubebuilder:default:=0
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+
+	// maxSurge is how many instances, an integer or a percentage of the MachinePool's replicas
+	// (rounded up), the pool may have beyond its replicas during the update. Default 1.
+	// +optional
+	// +kubebuilder:default:=1
+	MaxSurge *intstr.IntOrString `json:"maxSurge,omitempty"`
+
+	// deletePolicy chooses which out-of-date instances go first, after those whose Machine has
+	// the cluster.x-k8s.io/delete-machine annotation and those not Ready: Oldest or Newest.
+	// Unset: spec.deletePolicy.
+	// +optional
+	DeletePolicy MachinePoolDeletePolicy `json:"deletePolicy,omitempty"`
+}
 
 // MachinePoolDeletePolicy chooses which instances go first when a pool scales down, after those
 // whose Machine has the cluster.x-k8s.io/delete-machine annotation and those not Ready.
@@ -84,8 +148,8 @@ type GoofyMachinePoolSpec struct {
 	// +kubebuilder:validation:items:MaxLength=512
 	ProviderIDList []string `json:"providerIDList,omitempty"`
 
-	// template is what each instance GoofyMachine gets. Changing it affects instances created
-	// afterwards only.
+	// template is what each instance GoofyMachine gets. Changing it makes the existing instances
+	// out of date: they are replaced as spec.strategy says.
 	// +optional
 	Template GoofyMachinePoolInstanceTemplate `json:"template,omitempty,omitzero"`
 
@@ -99,6 +163,18 @@ type GoofyMachinePoolSpec struct {
 	// Ignored on the simulated backend.
 	// +optional
 	Azure *AzureMachinePoolBackend `json:"azure,omitempty"`
+
+	// strategy replaces out-of-date instances (after a change of spec.template or of the
+	// MachinePool's Kubernetes version or bootstrap configuration). Default: RollingUpdate with
+	// maxSurge 1 and maxUnavailable 0.
+	// +optional
+	Strategy GoofyMachinePoolStrategy `json:"strategy,omitempty,omitzero"`
+
+	// simulation injects faults into every instance of the pool (docs/faults.md), now and at once:
+	// changing it replaces no instance. An instance whose own GoofyMachine spec.simulation is set
+	// has that instead (simulation: {} exempts it from the pool's faults).
+	// +optional
+	Simulation *MachineSimulation `json:"simulation,omitempty"`
 }
 
 // GoofyMachinePoolInstanceTemplate is the metadata and spec of a pool's instance GoofyMachines.
@@ -147,6 +223,12 @@ type GoofyMachinePoolStatus struct {
 	// +kubebuilder:validation:Minimum=0
 	ReadyReplicas *int32 `json:"readyReplicas,omitempty"`
 
+	// upToDateReplicas is the number of instances, not being deleted, made from the current
+	// instance template, Kubernetes version and bootstrap configuration.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	UpToDateReplicas *int32 `json:"upToDateReplicas,omitempty"`
+
 	// infrastructureMachineKind is GoofyMachine: the pool represents each instance as a
 	// GoofyMachine, for which CAPI creates a Machine (MachinePool Machines).
 	// +optional
@@ -155,7 +237,7 @@ type GoofyMachinePoolStatus struct {
 	InfrastructureMachineKind string `json:"infrastructureMachineKind,omitempty"`
 
 	// conditions represent the observations of the GoofyMachinePool's state: Ready,
-	// InstancesReady, ProviderIDsUnique, Paused.
+	// InstancesReady, RollingOut, ProviderIDsUnique, FaultsInjected, Paused.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -179,6 +261,7 @@ type GoofyMachinePoolInitializationStatus struct {
 // +kubebuilder:printcolumn:name="MachinePool",type="string",JSONPath=".metadata.ownerReferences[?(@.kind==\"MachinePool\")].name",description="Owning MachinePool"
 // +kubebuilder:printcolumn:name="Replicas",type="integer",JSONPath=".status.replicas",description="Instances"
 // +kubebuilder:printcolumn:name="Ready",type="integer",JSONPath=".status.readyReplicas",description="Ready instances"
+// +kubebuilder:printcolumn:name="Up-to-date",type="integer",JSONPath=".status.upToDateReplicas",description="Up-to-date instances"
 // +kubebuilder:printcolumn:name="Provisioned",type="boolean",JSONPath=".status.initialization.provisioned",description="Pool provisioned"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 
