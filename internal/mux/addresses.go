@@ -146,18 +146,31 @@ func canonicalAddresses(addrs []string) ([]string, error) {
 	return out, nil
 }
 
-// addrOf is the listener address a host names, in the form endpoints use: "" without listener
-// addresses (there is one bind address, whatever host the endpoint advertises) and for an empty
-// host; the canonical IP address otherwise (a host that is not a listener address stays as it
-// is, and mayHoldLocked refuses it).
+// addrOf is the listener address a host names, in the form endpoints use (canonical), and ""
+// for any other host: without listener addresses (there is one bind address, whatever host the
+// endpoint advertises), and with them for a host that is not one of them (empty, a name, an
+// address the manager no longer listens on). "" means unspecified: resolve takes the address of
+// the cluster's record, else the first, and the reconciler moves the endpoint's host to the
+// listener's, as it does when the advertised host changes.
 func (m *WorkloadClustersMux) addrOf(host string) string {
 	if len(m.addresses) == 0 || host == "" {
 		return ""
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
-		return a.Unmap().String()
+		if s := a.Unmap().String(); m.isAddress[s] {
+			return s
+		}
 	}
-	return host
+	return ""
+}
+
+// defaultAddr is addrOf with unspecified as the first address (for comparing endpoints that no
+// record resolves).
+func (m *WorkloadClustersMux) defaultAddr(host string) string {
+	if a := m.addrOf(host); a != "" || len(m.addresses) == 0 {
+		return a
+	}
+	return m.addresses[0]
 }
 
 // resolve is the endpoint a claim of port on addr (empty: unspecified) means for wclName: with

@@ -166,9 +166,10 @@ func TestListenersSpreadOverLoopbackAddresses(t *testing.T) {
 	g.Expect(err.Error()).To(ContainSubstring("12950-12951 on each of 2 listener addresses, 4 endpoints"))
 	_, _, err = m.ReserveWorkloadClusterEndpoint("ns/s4", "uid-4")
 	g.Expect(errors.Is(err, ErrPortRangeExhausted)).To(BeTrue(), "got %v", err)
+	// A host that is not a listener address is no address of its own: the first one's.
 	_, err = m.ClaimWorkloadClusterEndpoint("ns/s4", "127.0.0.3", lo, "uid-4")
 	g.Expect(errors.Is(err, ErrPortNotHeld)).To(BeTrue(), "got %v", err)
-	g.Expect(err.Error()).To(ContainSubstring("not one of the listener addresses"))
+	g.Expect(err.Error()).To(ContainSubstring("127.0.0.1:12950 is held by another workload cluster"))
 	_, err = m.ClaimWorkloadClusterEndpoint("ns/s4", "127.0.0.2", lo, "uid-4")
 	g.Expect(errors.Is(err, ErrPortNotHeld)).To(BeTrue(), "got %v", err)
 	g.Expect(err.Error()).To(ContainSubstring("127.0.0.2:12950 is held by another workload cluster"))
@@ -197,11 +198,11 @@ func TestListenerAddressesAcrossRestart(t *testing.T) {
 	g := NewWithT(t)
 	dir := t.TempDir()
 	const port = 12952
-	open := func() (*WorkloadClustersMux, func()) {
+	open := func(addrs ...string) (*WorkloadClustersMux, func()) {
 		db, err := storage.Open(dir)
 		g.Expect(err).NotTo(HaveOccurred())
 		stores := store.NewManager(store.WithStorage(db))
-		m, err := NewWorkloadClustersMux(stores, "127.0.0.1", WithPortRange(port, port), WithListenerAddresses("127.0.0.1", "127.0.0.2"))
+		m, err := NewWorkloadClustersMux(stores, "127.0.0.1", WithPortRange(port, port), WithListenerAddresses(addrs...))
 		g.Expect(err).NotTo(HaveOccurred())
 		stopped := false
 		stop := func() {
@@ -215,7 +216,7 @@ func TestListenerAddressesAcrossRestart(t *testing.T) {
 		t.Cleanup(stop)
 		return m, stop
 	}
-	m, stop := open()
+	m, stop := open("127.0.0.1", "127.0.0.2")
 	host, p, err := m.ReserveWorkloadClusterEndpoint("ns/a", "uid-a")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(net.JoinHostPort(host, strconv.Itoa(p))).To(Equal("127.0.0.1:12952"))
@@ -237,7 +238,7 @@ func TestListenerAddressesAcrossRestart(t *testing.T) {
 		gc.Spec.ControlPlaneEndpoint.Host = host
 		return gc
 	}
-	m, _ = open()
+	m, stop = open("127.0.0.1", "127.0.0.2")
 	others := m.OtherClustersOnEndpoint([]infrav1.GoofyCluster{owned("a", "127.0.0.1", "uid-a"), owned("b", "127.0.0.2", "uid-b")}, "ns/b", "127.0.0.2", port)
 	g.Expect(others).To(BeEmpty(), "the same port on another address is another endpoint")
 	g.Expect(OtherClustersOnPort([]infrav1.GoofyCluster{owned("a", "127.0.0.1", "uid-a")}, "ns/b", port)).To(HaveLen(1))
@@ -250,10 +251,32 @@ func TestListenerAddressesAcrossRestart(t *testing.T) {
 	la, ok := m.Listener("ns/a")
 	g.Expect(ok).To(BeTrue())
 	g.Expect(la.HostPort()).To(Equal("127.0.0.1:12952"))
-	// With its spec back on its own address, b gets its endpoint and its state back.
+	// With its spec back on its own address, b gets its endpoint and its state back; a host that
+	// is no listener address (the manager's earlier host) is the record's address.
 	lb, err := m.ClaimWorkloadClusterEndpoint("ns/b", "127.0.0.2", port, "uid-b")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(lb.HostPort()).To(Equal("127.0.0.2:12952"))
 	_, err = lb.Store().Get(corev1.SchemeGroupVersion.WithResource("configmaps"), "default", "b")
 	g.Expect(err).NotTo(HaveOccurred())
+	stop()
+	m, stop = open("127.0.0.1", "127.0.0.2")
+	g.Expect(m.HotRestart(&infrav1.GoofyClusterList{Items: []infrav1.GoofyCluster{owned("a", "127.0.0.1", "uid-a"), owned("b", "goofy.example", "uid-b")}})).To(Succeed())
+	lb, ok = m.Listener("ns/b")
+	g.Expect(ok).To(BeTrue())
+	g.Expect(lb.HostPort()).To(Equal("127.0.0.2:12952"))
+	stop()
+
+	// A manager that no longer listens on b's address refuses b's endpoint, clearly, at the
+	// restart and at b's claims; a keeps its own.
+	m, _ = open("127.0.0.1")
+	err = m.HotRestart(&infrav1.GoofyClusterList{Items: []infrav1.GoofyCluster{owned("a", "127.0.0.1", "uid-a"), owned("b", "127.0.0.2", "uid-b")}})
+	g.Expect(errors.Is(err, ErrPortNotHeld)).To(BeTrue(), "got %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("host 127.0.0.2 is not one of the listener addresses 127.0.0.1"))
+	for _, host := range []string{"127.0.0.2", "127.0.0.1", ""} {
+		_, err = m.ClaimWorkloadClusterEndpoint("ns/b", host, port, "uid-b")
+		g.Expect(errors.Is(err, ErrPortNotHeld)).To(BeTrue(), "host %q: got %v", host, err)
+	}
+	la, ok = m.Listener("ns/a")
+	g.Expect(ok).To(BeTrue())
+	g.Expect(la.HostPort()).To(Equal("127.0.0.1:12952"))
 }

@@ -120,6 +120,7 @@ type WorkloadClustersMux struct {
 	bindAddress string
 	// addresses are the listener addresses of WithListenerAddresses, canonical, nil without it.
 	addresses []string
+	isAddress map[string]bool
 	portMin   int
 	portMax   int
 	tls       TLSOptions
@@ -182,6 +183,10 @@ func NewWorkloadClustersMux(manager *store.Manager, host string, opts ...Option)
 			return nil, fmt.Errorf("mux: %w", err)
 		}
 		m.addresses = addrs
+		m.isAddress = make(map[string]bool, len(addrs))
+		for _, a := range addrs {
+			m.isAddress[a] = true
+		}
 		m.host = addrs[0]
 	}
 	if m.bindAddress == "" {
@@ -465,7 +470,7 @@ func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) err
 		keep = append(keep, key)
 		host := gc.Spec.ControlPlaneEndpoint.Host
 		claims = append(claims, claim{gc: gc, key: key, host: host, port: port})
-		ep := endpoint{addr: m.addrOf(host), port: port}
+		ep := endpoint{addr: m.defaultAddr(host), port: port}
 		if byPort[ep] == nil {
 			byPort[ep] = map[string]bool{}
 		}
@@ -490,7 +495,7 @@ func (m *WorkloadClustersMux) HotRestart(clusters *infrav1.GoofyClusterList) err
 		m.forgetEarlierOwnerLocked(c.key, c.gc.UID)
 		ep := m.resolve(c.key, m.addrOf(c.host), c.port)
 		verdicts[i] = m.mayHoldLocked(c.key, ep)
-		same := byPort[endpoint{addr: m.addrOf(c.host), port: c.port}]
+		same := byPort[endpoint{addr: m.defaultAddr(c.host), port: c.port}]
 		if verdicts[i] == nil && len(same) > 1 {
 			if _, ok := m.records[c.key]; !ok {
 				verdicts[i] = fmt.Errorf("%w: %s is recorded by the GoofyClusters of %d workload clusters and no record says which held it",
@@ -556,9 +561,12 @@ func (m *WorkloadClustersMux) loadRecords() error {
 			continue
 		}
 		// A record of the one bind address is the first listener address's, and the other way
-		// round: the endpoints of a manager that starts using listener addresses do not move.
-		rec.Address = m.addrOf(rec.Address)
-		if rec.Address == "" && len(m.addresses) > 0 {
+		// round: the endpoints of a manager that starts using listener addresses do not move. A
+		// record of an address the manager no longer listens on stays so (mayHoldLocked refuses it).
+		switch {
+		case len(m.addresses) == 0:
+			rec.Address = ""
+		case rec.Address == "":
 			rec.Address = m.addresses[0]
 		}
 		recs[key] = rec
@@ -626,6 +634,10 @@ func (m *WorkloadClustersMux) mayHoldLocked(wclName string, ep endpoint) error {
 	if ep.port == 0 {
 		return nil
 	}
+	if len(m.addresses) > 0 && !m.isAddress[ep.addr] {
+		// A record of an address the manager no longer listens on: the endpoint cannot move.
+		return fmt.Errorf("%w: host %s is not one of the listener addresses %s", ErrPortNotHeld, ep.addr, strings.Join(m.addresses, ","))
+	}
 	rec, ok := m.records[wclName]
 	switch {
 	case ok && rec.endpoint() == ep:
@@ -643,9 +655,6 @@ func (m *WorkloadClustersMux) mayHoldLocked(wclName string, ep endpoint) error {
 	}
 	if ep.port < m.portMin || ep.port > m.portMax {
 		return fmt.Errorf("%w: port %d is outside the listener port range %d-%d", ErrPortNotHeld, ep.port, m.portMin, m.portMax)
-	}
-	if len(m.addresses) > 0 && !slices.Contains(m.addresses, ep.addr) {
-		return fmt.Errorf("%w: host %s is not one of the listener addresses %s", ErrPortNotHeld, ep.addr, strings.Join(m.addresses, ","))
 	}
 	return nil
 }
@@ -699,10 +708,7 @@ func (m *WorkloadClustersMux) EndpointHolder(host string, port int) (wclName str
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.expireReservationsLocked()
-	ep := endpoint{addr: m.addrOf(host), port: port}
-	if ep.addr == "" && len(m.addresses) > 0 {
-		ep.addr = m.addresses[0]
-	}
+	ep := endpoint{addr: m.defaultAddr(host), port: port}
 	if key, ok := m.ports[ep]; ok {
 		if res, reserved := m.reservations[key]; reserved && res.ep == ep {
 			return key, res.owner, true
@@ -750,8 +756,8 @@ func OtherClustersOnPort(gcs []infrav1.GoofyCluster, wclName string, port int) [
 // (WithListenerAddresses), a GoofyCluster whose endpoint has the same port on another address is
 // not on it.
 func (m *WorkloadClustersMux) OtherClustersOnEndpoint(gcs []infrav1.GoofyCluster, wclName, host string, port int) []*infrav1.GoofyCluster {
-	addr := m.addrOf(host)
-	return otherClustersOn(gcs, wclName, port, func(h string) bool { return m.addrOf(h) == addr })
+	addr := m.defaultAddr(host)
+	return otherClustersOn(gcs, wclName, port, func(h string) bool { return m.defaultAddr(h) == addr })
 }
 
 func otherClustersOn(gcs []infrav1.GoofyCluster, wclName string, port int, sameHost func(string) bool) []*infrav1.GoofyCluster {
