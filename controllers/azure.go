@@ -2,7 +2,9 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -62,7 +64,15 @@ type azureCluster struct {
 	cloud     *azure.Cloud
 	listedAt  time.Time
 	instances []metadata.InstanceMetadata
-	claims    map[string]string // lower-cased provider ID -> GoofyMachine UID
+	claims    map[string]string          // lower-cased provider ID -> GoofyMachine UID (or poolClaimant)
+	scaleSets map[string]*listedScaleSet // by scaleSetKey
+}
+
+// listedScaleSet is a scale set as last read, or why it could not be found (not found, ambiguous).
+type listedScaleSet struct {
+	at  time.Time
+	set *azure.ScaleSet
+	err error
 }
 
 // errAzureNotAllowed: the GoofyCluster may not use the identity or the cloud it names. Nothing
@@ -173,7 +183,7 @@ func (a *AzureClouds) cluster(ctx context.Context, r client.Reader, key string, 
 	if err != nil {
 		return nil, err
 	}
-	c := &azureCluster{config: *cfg.DeepCopy(), cloudSpec: spec, cloud: cloud, claims: map[string]string{}}
+	c := &azureCluster{config: *cfg.DeepCopy(), cloudSpec: spec, cloud: cloud, claims: map[string]string{}, scaleSets: map[string]*listedScaleSet{}}
 	a.clouds[key] = c
 	return c, nil
 }
@@ -259,6 +269,60 @@ func (a *AzureClouds) release(key, machine string) {
 	for id, owner := range c.claims {
 		if owner == machine {
 			delete(c.claims, id)
+		}
+	}
+}
+
+// scaleSetSelector converts a pool's API selector.
+func scaleSetSelector(sel infrav1.AzureScaleSetSelector) azure.ScaleSetSelector {
+	return azure.ScaleSetSelector{Name: sel.Name, Tags: sel.Tags}
+}
+
+// scaleSetKey identifies a selector in the cache.
+func scaleSetKey(sel azure.ScaleSetSelector) string {
+	if sel.Name != "" {
+		return "name:" + sel.Name
+	}
+	return sel.String()
+}
+
+// scaleSet returns the scale set sel selects, and its VMs, from cache when fresh
+// (azureInstancesTTL): a pool and each of its instances ask, and ARM throttles eager readers.
+// That the set is not found (or ambiguous) is cached as well; other errors are not.
+func (a *AzureClouds) scaleSet(ctx context.Context, c *azureCluster, sel azure.ScaleSetSelector) (*azure.ScaleSet, error) {
+	key, now := scaleSetKey(sel), a.now()
+	a.mu.Lock()
+	if l := c.scaleSets[key]; l != nil && now.Sub(l.at) < azureInstancesTTL {
+		defer a.mu.Unlock()
+		return l.set, l.err
+	}
+	a.mu.Unlock()
+	set, err := c.cloud.ScaleSet(ctx, sel)
+	if err != nil && !errors.Is(err, azure.ErrScaleSetNotFound) && !errors.Is(err, azure.ErrScaleSetAmbiguous) {
+		return nil, err
+	}
+	a.mu.Lock()
+	c.scaleSets[key] = &listedScaleSet{at: now, set: set, err: err}
+	a.mu.Unlock()
+	return set, err
+}
+
+// poolClaimant holds the instance claims of a machine pool: its scale set's VMs are its own, and
+// no other machine of the cluster may bind to one (machines check claims and the provider IDs
+// recorded on other GoofyMachines; this covers the time before the pool made an instance).
+func poolClaimant(pool *infrav1.GoofyMachinePool) string {
+	return "GoofyMachinePool/" + string(pool.UID)
+}
+
+// holdAll makes providerIDs exactly the claims of claimant, leaving other claimants' alone.
+func (a *AzureClouds) holdAll(c *azureCluster, claimant string, providerIDs []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	maps.DeleteFunc(c.claims, func(_, owner string) bool { return owner == claimant })
+	for _, id := range providerIDs {
+		id = strings.ToLower(id)
+		if _, taken := c.claims[id]; !taken {
+			c.claims[id] = claimant
 		}
 	}
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -18,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/azure"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/azure/metadata"
 )
 
@@ -206,6 +209,9 @@ func (b *azureMachineBackend) bind(ctx context.Context, s *machineScope) (bool, 
 	if err != nil {
 		return false, err
 	}
+	if ref := poolOwnerRef(s.gm); ref != nil {
+		return b.bindPoolInstance(ctx, s, c, ref)
+	}
 	instances, err := b.clouds.list(ctx, c)
 	if err != nil {
 		return false, fmt.Errorf("listing the cluster's instances: %w", err)
@@ -246,6 +252,50 @@ func (b *azureMachineBackend) bind(ctx context.Context, s *machineScope) (bool, 
 	}
 	s.gm.Spec.ProviderID = in.ProviderID
 	b.instance = &in
+	return true, nil
+}
+
+// bindPoolInstance binds an instance of a machine pool to the VM of its scale set whose provider
+// ID the pool gave it. A VM no longer in the scale set, or a scale set gone, makes its node
+// NotReady (the pool then removes the instance through its Machine, or keeps it while the scale
+// set is away); the machine keeps its identity either way.
+func (b *azureMachineBackend) bindPoolInstance(ctx context.Context, s *machineScope, c *azureCluster, ref *metav1.OwnerReference) (bool, error) {
+	if s.gm.Spec.ProviderID == "" {
+		conditions.Set(s.gm, metav1.Condition{Type: infrav1.VMProvisionedCondition, Status: metav1.ConditionFalse, Reason: infrav1.NoFreeInstanceReason,
+			Message: fmt.Sprintf("an instance of GoofyMachinePool %s gets its VM's provider ID from the pool", ref.Name)})
+		return false, nil
+	}
+	pool := &infrav1.GoofyMachinePool{}
+	if err := b.client.Get(ctx, client.ObjectKey{Namespace: s.gm.Namespace, Name: ref.Name}, pool); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return false, err
+		}
+		s.vmGone = fmt.Sprintf("GoofyMachinePool %s of instance %s is gone", ref.Name, s.gm.Spec.ProviderID)
+		return true, nil
+	}
+	if pool.UID != ref.UID || pool.Spec.Azure == nil {
+		s.vmGone = fmt.Sprintf("GoofyMachinePool %s selects no scale set for instance %s", ref.Name, s.gm.Spec.ProviderID)
+		return true, nil
+	}
+	set, err := b.clouds.scaleSet(ctx, c, scaleSetSelector(pool.Spec.Azure.ScaleSet))
+	switch {
+	case errors.Is(err, azure.ErrScaleSetNotFound):
+		s.vmGone = fmt.Sprintf("instance %s: %v", s.gm.Spec.ProviderID, err)
+		return true, nil
+	case errors.Is(err, azure.ErrScaleSetAmbiguous):
+		return true, nil // the VM is not known to be gone: the machine keeps its identity
+	case err != nil:
+		return false, fmt.Errorf("reading the scale set of GoofyMachinePool %s: %w", pool.Name, err)
+	}
+	for _, in := range set.Instances {
+		if strings.EqualFold(in.ProviderID, s.gm.Spec.ProviderID) {
+			b.instance = &in
+			return true, nil
+		}
+	}
+	if !slices.ContainsFunc(set.Members, func(id string) bool { return strings.EqualFold(id, s.gm.Spec.ProviderID) }) {
+		s.vmGone = fmt.Sprintf("instance %s is no longer in scale set %s", s.gm.Spec.ProviderID, set.Name)
+	}
 	return true, nil
 }
 
