@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"strconv"
 	"time"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
@@ -33,7 +35,7 @@ func newDaemonSetController(c *cluster, idx int) *daemonSetController {
 }
 
 func (d *daemonSetController) resources() []schema.GroupResource {
-	return []schema.GroupResource{daemonSetsGR, nodesGR, podsGR}
+	return []schema.GroupResource{daemonSetsGR, nodesGR, podsGR, controllerRevisionsGR}
 }
 
 func (d *daemonSetController) observe(ch store.Change) {
@@ -51,7 +53,7 @@ func (d *daemonSetController) observe(ch store.Change) {
 		for _, ds := range d.c.cache.list(daemonSetsGR) {
 			d.c.enqueue(d.idx, keyOf(ds))
 		}
-	case podsGR:
+	case podsGR, controllerRevisionsGR:
 		if ref := metav1.GetControllerOfNoCopy(obj); ref != nil && ref.Kind == "DaemonSet" {
 			d.c.enqueue(d.idx, obj.GetNamespace()+"/"+ref.Name)
 		}
@@ -154,9 +156,18 @@ func (d *daemonSetController) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	hash := computeHash(&ds.Spec.Template, ds.Status.CollisionCount)
+	var oldRevisions []*appsv1.ControllerRevision
+	if ds.DeletionTimestamp == nil {
+		var err error
+		if oldRevisions, err = d.recordRevision(ctx, ds, hash); err != nil {
+			return err
+		}
+	}
+	liveHashes := map[string]bool{}
 	byNode := map[string][]*corev1.Pod{}
 	for _, obj := range d.c.cache.owned(podsGR, ds.UID) {
 		p := obj.(*corev1.Pod)
+		liveHashes[p.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]] = true
 		if p.DeletionTimestamp == nil {
 			byNode[targetNode(p)] = append(byNode[targetNode(p)], p)
 		}
@@ -261,6 +272,11 @@ func (d *daemonSetController) sync(ctx context.Context, key string) error {
 			}
 		}
 	}
+	if err := d.c.trimRevisions(ctx, oldRevisions, func(r *appsv1.ControllerRevision) bool {
+		return liveHashes[r.Labels[appsv1.DefaultDaemonSetUniqueLabelKey]]
+	}, ptr.Deref(ds.Spec.RevisionHistoryLimit, 10)); err != nil {
+		return err
+	}
 	if wait := nextAvailableDS(byNode, ds.Spec.MinReadySeconds, now); wait > 0 {
 		d.c.after(wait, d.idx, key)
 	}
@@ -270,6 +286,26 @@ func (d *daemonSetController) sync(ctx context.Context, key string) error {
 	next := ds.DeepCopy()
 	next.Status = st
 	return d.c.client.Status().Update(ctx, next)
+}
+
+// recordRevision keeps the DaemonSet's ControllerRevision of its template, <name>-<hash> with
+// the controller-revision-hash label its pods carry, the newest; it returns the older ones.
+func (d *daemonSetController) recordRevision(ctx context.Context, ds *appsv1.DaemonSet, hash string) ([]*appsv1.ControllerRevision, error) {
+	data, err := templatePatch(ds)
+	if err != nil {
+		return nil, err
+	}
+	want := newRevision(ds.Name+"-"+hash, ds.Spec.Template.Labels, ds.Annotations, hash, data)
+	_, old, err := d.c.recordRevision(ctx, ds, daemonSetKind, d.c.revisionsOf(ds), want)
+	if errors.Is(err, errRevisionCollision) {
+		next := ds.DeepCopy()
+		next.Status.CollisionCount = ptr.To(ptr.Deref(ds.Status.CollisionCount, 0) + 1)
+		if err := d.c.client.Status().Update(ctx, next); err != nil {
+			return nil, err
+		}
+		return nil, errRevisionCollision // synced again with the new count
+	}
+	return old, err
 }
 
 func nextAvailableDS(byNode map[string][]*corev1.Pod, minReady int32, now time.Time) time.Duration {

@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -24,7 +25,8 @@ import (
 // (OrderedReady) or all at once (Parallel), removed from the highest ordinal down; a template
 // change replaces pods from the highest ordinal down, one at a time, above the rolling update's
 // partition; status with currentRevision and updateRevision as `kubectl rollout status` reads
-// them. Not simulated: volumeClaimTemplates' PVCs and the ControllerRevision objects.
+// them, and the ControllerRevisions `kubectl rollout history` and `undo` read (history.go). Not
+// simulated: volumeClaimTemplates' PVCs.
 type statefulSetController struct {
 	c   *cluster
 	idx int
@@ -40,7 +42,7 @@ func newStatefulSetController(c *cluster, idx int) *statefulSetController {
 }
 
 func (s *statefulSetController) resources() []schema.GroupResource {
-	return []schema.GroupResource{statefulSetsGR, podsGR}
+	return []schema.GroupResource{statefulSetsGR, podsGR, controllerRevisionsGR}
 }
 
 func (s *statefulSetController) observe(ch store.Change) {
@@ -72,7 +74,10 @@ func (s *statefulSetController) sync(ctx context.Context, key string) error {
 	if set == nil {
 		return nil
 	}
-	revision := set.Name + "-" + computeHash(&set.Spec.Template, set.Status.CollisionCount)
+	revision, err := s.recordRevision(ctx, set)
+	if err != nil {
+		return err
+	}
 	replicas := int(ptr.Deref(set.Spec.Replicas, 1))
 	start := 0
 	if set.Spec.Ordinals != nil {
@@ -95,7 +100,51 @@ func (s *statefulSetController) sync(ctx context.Context, key string) error {
 			return err
 		}
 	}
-	return s.syncStatus(ctx, set, pods, start, replicas, revision, now)
+	if err := s.syncStatus(ctx, set, pods, start, replicas, revision, now); err != nil {
+		return err
+	}
+	// History no pod, nor the current or update revision, runs beyond revisionHistoryLimit goes.
+	live := map[string]bool{revision: true, set.Status.CurrentRevision: true}
+	for _, p := range pods {
+		live[p.Labels[appsv1.ControllerRevisionHashLabelKey]] = true
+	}
+	var history []*appsv1.ControllerRevision
+	for _, r := range s.c.revisionsOf(set) {
+		if !live[r.Name] {
+			history = append(history, r)
+		}
+	}
+	return s.c.trimRevisions(ctx, history, func(*appsv1.ControllerRevision) bool { return false }, ptr.Deref(set.Spec.RevisionHistoryLimit, 10))
+}
+
+// recordRevision keeps the StatefulSet's ControllerRevision of its template the newest, as
+// upstream's history: <name>-<hash of the template's patch and the collision count>, or the
+// older revision of the same template (a rollback), whose name it returns: the pods'
+// controller-revision-hash label and status.updateRevision.
+func (s *statefulSetController) recordRevision(ctx context.Context, set *appsv1.StatefulSet) (string, error) {
+	data, err := templatePatch(set)
+	if err != nil {
+		return "", err
+	}
+	collisions := ptr.Deref(set.Status.CollisionCount, 0)
+	hash := revisionHash(data, &collisions)
+	if set.DeletionTimestamp != nil {
+		return set.Name + "-" + hash, nil
+	}
+	want := newRevision(set.Name+"-"+hash, set.Spec.Template.Labels, set.Annotations, hash, data)
+	cur, _, err := s.c.recordRevision(ctx, set, statefulSetKind, s.c.revisionsOf(set), want)
+	if errors.Is(err, errRevisionCollision) {
+		next := set.DeepCopy()
+		next.Status.CollisionCount = ptr.To(collisions + 1)
+		if err := s.c.client.Status().Update(ctx, next); err != nil {
+			return "", err
+		}
+		return "", errRevisionCollision // synced again with the new count
+	}
+	if err != nil {
+		return "", err
+	}
+	return cur.Name, nil
 }
 
 // scale creates the missing ordinals in [start, start+replicas) and deletes those beyond it,
