@@ -89,7 +89,7 @@ func (o *Objects) keepLoaded(gr schema.GroupResource, key string, obj client.Obj
 	v := fullValue(obj)
 	if rv, err := strconv.ParseUint(obj.GetResourceVersion(), 10, 64); err == nil && o.shared[gr] {
 		if ref, _, ok := share(gr, key, obj, rv); ok {
-			v, key = Value{ref: ref}, ref.content.key
+			v, key = refValue(ref), ref.content.key
 		}
 	}
 	m[key] = v
@@ -141,7 +141,7 @@ func (o *Objects) loadRefs(n int, ref func(i int) (schema.GroupResource, string,
 			m = map[string]Value{}
 			o.objects[gr] = m
 		}
-		m[c.key] = Value{ref: r}
+		m[c.key] = refValue(r)
 		o.bytes += int64(SizeOf(r.object()))
 	}
 	return nil

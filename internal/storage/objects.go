@@ -158,7 +158,7 @@ func (o *Objects) Put(gr schema.GroupResource, obj, old client.Object) *Event {
 	v, onDisk := fullValue(obj), fullValue(obj)
 	if o.shared[gr] {
 		if ref, held, ok := share(gr, key, obj, o.rv); ok {
-			v = Value{ref: ref}
+			v = refValue(ref)
 			key = ref.content.key // one string for every cluster
 			if held {
 				// Content another cluster holds goes to disk once too; content of this
@@ -211,11 +211,11 @@ func (o *Objects) persistPut(gr schema.GroupResource, key string, v Value) {
 	if o.db == nil {
 		return
 	}
-	if v.ref == nil {
-		o.commit = o.db.Put(o.bucket, diskKey(gr, key), o.rv, encodeValue(v.obj))
+	ref := v.ref()
+	if ref == nil {
+		o.commit = o.db.Put(o.bucket, diskKey(gr, key), o.rv, encodeValue(v.Object()))
 		return
 	}
-	ref := v.ref
 	o.commit = o.db.putShared(o.bucket, diskKey(gr, key), o.rv, ref.encode(), ref.content.id[:], encodeValue(ref.content.obj))
 }
 

@@ -43,41 +43,53 @@ type sharedRef struct {
 	rv      uint64
 }
 
-// Value is a stored version of an object: the object itself, or a reference to shared content.
-// The zero Value is no object.
+// Value is a stored version of an object: the object itself, or a reference to shared content
+// (one interface value: a map of them and the history's events stay small). The zero Value is
+// no object.
 type Value struct {
-	obj client.Object
-	ref *sharedRef
+	x any // client.Object or *sharedRef
 }
 
 func fullValue(obj client.Object) Value {
 	if obj == nil {
 		return Value{}
 	}
-	return Value{obj: obj}
+	return Value{x: obj}
+}
+
+func refValue(r *sharedRef) Value { return Value{x: r} }
+
+// ref returns the reference v is, nil if it is none.
+func (v Value) ref() *sharedRef {
+	r, _ := v.x.(*sharedRef)
+	return r
 }
 
 // Exists reports whether v is an object.
-func (v Value) Exists() bool { return v.obj != nil || v.ref != nil }
+func (v Value) Exists() bool { return v.x != nil }
 
 // Shared reports whether v is a reference to shared content.
-func (v Value) Shared() bool { return v.ref != nil }
+func (v Value) Shared() bool { return v.ref() != nil }
 
 // Object returns the stored object (shared with every reader: it must not be modified), nil for
 // the zero Value. A reference is made into an object again on every call.
 func (v Value) Object() client.Object {
-	if v.ref != nil {
-		return v.ref.object()
+	switch x := v.x.(type) {
+	case *sharedRef:
+		return x.object()
+	case client.Object:
+		return x
 	}
-	return v.obj
+	return nil
 }
 
 // Is reports whether obj is this stored version (as Object returned it).
 func (v Value) Is(obj client.Object) bool {
-	if v.ref == nil {
-		return v.obj == obj
+	r := v.ref()
+	if r == nil {
+		return v.Object() == obj
 	}
-	return obj != nil && obj.GetResourceVersion() == strconv.FormatUint(v.ref.rv, 10) && string(obj.GetUID()) == v.ref.uid.String()
+	return obj != nil && obj.GetResourceVersion() == strconv.FormatUint(r.rv, 10) && string(obj.GetUID()) == r.uid.String()
 }
 
 // object makes the stored object: a shallow copy of the content (its maps and slices are the

@@ -32,8 +32,8 @@ func sharedObjects(name string, db *DB) *Objects {
 func refOf(g Gomega, o *Objects, key string) *sharedRef {
 	v := o.Value(configMaps, key)
 	g.Expect(v.Exists()).To(BeTrue())
-	g.Expect(v.ref).NotTo(BeNil(), "held as a reference to shared content")
-	return v.ref
+	g.Expect(v.ref()).NotTo(BeNil(), "held as a reference to shared content")
+	return v.ref()
 }
 
 // Clusters storing the same content hold it once: each keeps its own identity, and reads give
@@ -71,11 +71,11 @@ func TestEqualObjectsOfClustersShareTheirContent(t *testing.T) {
 	// Unshared resources, and objects whose identity a reference would not give back, are kept whole.
 	nameless := cm("plain", "same")
 	b.Put(configMaps, nameless, nil)
-	g.Expect(b.Value(configMaps, "default/plain").ref).To(BeNil())
+	g.Expect(b.Value(configMaps, "default/plain").ref()).To(BeNil())
 	g.Expect(b.Get(configMaps, "default/plain")).To(BeIdenticalTo(nameless))
 	other := created("policy", "same")
 	b.Put(secrets, other, nil)
-	g.Expect(b.Value(secrets, "default/policy").ref).To(BeNil())
+	g.Expect(b.Value(secrets, "default/policy").ref()).To(BeNil())
 }
 
 // On disk, a cluster storing content another cluster holds writes a reference, and the content
@@ -235,7 +235,7 @@ func TestFailedSharedWriteRollsBack(t *testing.T) {
 		return nil
 	})
 	b.Put(configMaps, created("policy", t.Name()), nil)
-	g.Expect(b.Value(configMaps, "default/policy").ref).NotTo(BeNil())
+	g.Expect(b.Value(configMaps, "default/policy").ref()).NotTo(BeNil())
 	g.Expect(b.LastCommit().Wait()).To(HaveOccurred())
 	db.InjectFault(nil)
 	undone := b.Rollback()
