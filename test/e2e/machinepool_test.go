@@ -9,8 +9,11 @@ import (
 
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
@@ -25,8 +28,8 @@ const mpCluster = "mp"
 // --flavor machinepool`, reaches Available through CAPI's MachinePool controller with MachinePool
 // Machines (one Machine per GoofyMachinePool instance) and CABPK's KubeadmConfig for MachinePools;
 // the pool scales up and down, a Machine marked cluster.x-k8s.io/delete-machine is the one a
-// scale-down removes, and every instance's Node is Ready with exactly the provider ID the
-// MachinePool lists.
+// scale-down removes, every instance's Node is Ready with exactly the provider ID the
+// MachinePool lists, and a Kubernetes version bump of the MachinePool replaces every instance.
 func TestMachinePool(t *testing.T) {
 	ctx, g := begin(t, 12*time.Minute)
 	if err := plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: mpCluster}, &clusterv1.Cluster{}); apierrors.IsNotFound(err) {
@@ -52,7 +55,70 @@ func TestMachinePool(t *testing.T) {
 	}
 
 	scalePool(ctx, g, mp, 2)
-	waitPoolRunning(ctx, t, g, 2)
+	mp = waitPoolRunning(ctx, t, g, 2)
+
+	rollPool(ctx, t, g, mp)
+}
+
+// rollPool bumps the MachinePool's Kubernetes version (the next patch release) and waits until
+// the GoofyMachinePool has replaced every instance: new Machines only, every worker Node on the
+// new kubelet version, the MachinePool Running with all replicas ready, RollingOut False. The
+// pool's maxSurge is 100% first, so that the whole pool rolls in one round (new instances, then
+// the old ones' Machines deleted and drained).
+func rollPool(ctx context.Context, t *testing.T, g Gomega, mp *clusterv1.MachinePool) {
+	t.Helper()
+	replicas := ptr.Deref(mp.Spec.Replicas, 1)
+	old := map[string]bool{}
+	for _, m := range poolMachines(ctx, g) {
+		old[m.Name] = true
+	}
+	pool := &infrav1.GoofyMachinePool{}
+	g.Expect(plane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: mpCluster + "-mp-0"}, pool)).To(Succeed())
+	patch := client.MergeFrom(pool.DeepCopy())
+	pool.Spec.Strategy.RollingUpdate = &infrav1.MachinePoolRollingUpdate{MaxSurge: ptr.To(intstr.FromString("100%"))}
+	g.Expect(plane.Client.Patch(ctx, pool, patch)).To(Succeed())
+
+	from := mp.Spec.Template.Spec.Version
+	v := version.MustParseSemantic(from)
+	to := fmt.Sprintf("v%d.%d.%d", v.Major(), v.Minor(), v.Patch()+1)
+	mpPatch := client.MergeFrom(mp.DeepCopy())
+	mp.Spec.Template.Spec.Version = to
+	g.Expect(plane.Client.Patch(ctx, mp, mpPatch)).To(Succeed(), "bump the MachinePool to %s", to)
+	start := time.Now()
+	g.Eventually(func(g Gomega) {
+		// Every instance is a new one with the new version (the pool's status alone may still
+		// be the one from before the bump)...
+		var instances infrav1.GoofyMachineList
+		g.Expect(plane.Client.List(ctx, &instances, client.InNamespace(ns),
+			client.MatchingLabels{infrav1.MachinePoolInstanceLabel: pool.Name})).To(Succeed())
+		g.Expect(instances.Items).To(HaveLen(int(replicas)), "instances")
+		for _, gm := range instances.Items {
+			g.Expect(old).NotTo(HaveKey(gm.Name), "instance %s is an old one", gm.Name)
+			g.Expect(gm.Annotations).To(HaveKeyWithValue(infrav1.InstanceKubernetesVersionAnnotation, to), gm.Name)
+		}
+		// ...and the pool says it is done.
+		g.Expect(plane.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool)).To(Succeed())
+		g.Expect(pool.Status.UpToDateReplicas).To(Equal(ptr.To(replicas)), "up-to-date instances")
+		g.Expect(pool.Status.Replicas).To(Equal(ptr.To(replicas)), "instances (the old ones gone)")
+		rolling := conditions.Get(pool, infrav1.RollingOutCondition)
+		g.Expect(rolling).NotTo(BeNil())
+		g.Expect(rolling.Reason).To(Equal(infrav1.NotRollingOutReason), rolling.Message)
+	}, 5*time.Minute, time.Second).Should(Succeed(), "the GoofyMachinePool rolled to %s", to)
+	waitPoolRunning(ctx, t, g, replicas)
+	t.Logf("MachinePool rolled from %s to %s in %.0fs", from, to, time.Since(start).Seconds())
+	for _, m := range poolMachines(ctx, g) {
+		g.Expect(old).NotTo(HaveKey(m.Name), "Machine %s of an old instance is still there", m.Name)
+	}
+	var workers int32
+	for _, node := range readyNodes(ctx, g, mpCluster) {
+		if _, cp := node.Labels["node-role.kubernetes.io/control-plane"]; cp {
+			continue
+		}
+		workers++
+		g.Expect(old).NotTo(HaveKey(node.Name), "Node %s of an old instance is still there", node.Name)
+		g.Expect(node.Status.NodeInfo.KubeletVersion).To(Equal(to), "kubelet version of Node %s", node.Name)
+	}
+	g.Expect(workers).To(Equal(replicas), "Ready worker Nodes")
 }
 
 // waitPoolRunning waits until the MachinePool is Running with n ready replicas, n Machines, and
