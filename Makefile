@@ -171,12 +171,17 @@ CONCURRENCY ?=
 FAULTS ?=
 # SHARDS=<n>: Goofy runs as n managers sharing the clusters by --watch-filter (docs/scaling.md).
 SHARDS ?=
+# MACHINE_POOL=1: Goofy's workers as one MachinePool per cluster (CAPD in-memory has none).
+MACHINE_POOL ?=
+# STEADY=<duration>: once all are Available, count the provider's requests that long (steady-state cost).
+STEADY ?=
 
 .PHONY: bench
-bench: ## Scale scenario through real CAPI on a fresh management plane per provider (N, CONTROL_PLANE, WORKERS, PHASE, JITTER, BATCH, BATCH_INTERVAL, PROVIDERS="goofy capd-inmemory", QPS, BURST, CONCURRENCY, FAULTS=<file>, SHARDS=<n>); report in out/bench/.
+bench: ## Scale scenario through real CAPI on a fresh management plane per provider (N, CONTROL_PLANE, WORKERS, PHASE, JITTER, BATCH, BATCH_INTERVAL, PROVIDERS="goofy capd-inmemory", QPS, BURST, CONCURRENCY, FAULTS=<file>, SHARDS=<n>, MACHINE_POOL=1, STEADY=<duration>); report in out/bench/.
 	go run ./test/bench/cmd/bench -n $(N) -control-plane $(CONTROL_PLANE) -workers $(WORKERS) -phase $(PHASE) -jitter $(JITTER) \
 		-batch $(BATCH) -batch-interval $(BATCH_INTERVAL) -providers "$(PROVIDERS)" -timeout $(BENCH_TIMEOUT) -profile $(PROFILE) \
-		$(if $(QPS),-qps $(QPS)) $(if $(BURST),-burst $(BURST)) $(if $(CONCURRENCY),-concurrency $(CONCURRENCY)) $(if $(FAULTS),-faults $(FAULTS)) $(if $(SHARDS),-shards $(SHARDS))
+		$(if $(QPS),-qps $(QPS)) $(if $(BURST),-burst $(BURST)) $(if $(CONCURRENCY),-concurrency $(CONCURRENCY)) $(if $(FAULTS),-faults $(FAULTS)) $(if $(SHARDS),-shards $(SHARDS)) \
+		$(if $(MACHINE_POOL),-machine-pool) $(if $(STEADY),-steady $(STEADY))
 
 # Knobs of `make soak` (SOAK_FLAGS for the rest: go run ./test/bench/cmd/soak -h).
 SOAK_CLUSTERS ?= 100

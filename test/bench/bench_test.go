@@ -189,6 +189,47 @@ func TestRenderClusters(t *testing.T) {
 	}
 }
 
+// TestRenderMachinePoolClusters: with MACHINE_POOL the workers are one MachinePool of
+// WORKER_MACHINE_COUNT, bootstrapped by a KubeadmConfig, and nothing of the MachineDeployment is left.
+func TestRenderMachinePoolClusters(t *testing.T) {
+	g := NewWithT(t)
+	out, err := renderClusters(withPoolWorkers(goofyTemplate, goofyPoolWorkers), Config{Clusters: 2, ControlPlane: 3, Workers: 500, Phase: time.Second, Jitter: "0.2", KubernetesVersion: "v1.36.3"})
+	g.Expect(err).NotTo(HaveOccurred())
+	kinds := map[string]int{}
+	for _, doc := range bytes.Split(out[1], []byte("\n---\n")) {
+		u := &unstructured.Unstructured{}
+		g.Expect(yaml.Unmarshal(doc, &u.Object)).To(Succeed())
+		kinds[u.GetKind()]++
+		g.Expect(u.GetName()).To(HavePrefix("bench-0001"))
+		switch u.GetKind() {
+		case "MachinePool":
+			r, _, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "replicas")
+			g.Expect(r).To(BeNumerically("==", 500))
+			ref, _, _ := unstructured.NestedString(u.Object, "spec", "template", "spec", "infrastructureRef", "name")
+			g.Expect(ref).To(Equal("bench-0001-mp-0"))
+		case "GoofyMachinePool":
+			j, _, _ := unstructured.NestedString(u.Object, "spec", "template", "spec", "inMemory", "node", "provisioning", "startupJitter")
+			g.Expect(j).To(Equal("0.2"))
+		}
+	}
+	g.Expect(kinds).To(Equal(map[string]int{
+		"Cluster": 1, "GoofyCluster": 1, "KubeadmControlPlane": 1, "GoofyMachineTemplate": 1, "KubeadmConfig": 1, "GoofyMachinePool": 1, "MachinePool": 1,
+	}))
+}
+
+func TestSteadyState(t *testing.T) {
+	g := NewWithT(t)
+	counts := RequestCounts{
+		ByClient:       map[string]int{"goofy-manager": 120, "manager": 900},
+		ByVerbResource: map[string]map[string]int{"goofy-manager": {"get secrets": 20, "patch goofymachines/status": 100}},
+	}
+	// 120 requests in 2 minutes for 60 machines: 2 per machine per 2 minutes, 10 per 10 minutes.
+	st := newSteadyState(counts, "goofy-manager", 2*time.Minute, 60)
+	g.Expect(st.TotalRequests).To(Equal(120))
+	g.Expect(st.PerMachinePerSyncPeriod).To(BeNumerically("~", 10, 1e-9))
+	g.Expect(st.Requests).To(Equal(map[string]int{"get secrets": 20, "patch goofymachines/status": 100}))
+}
+
 func TestPercentiles(t *testing.T) {
 	g := NewWithT(t)
 	var d []time.Duration

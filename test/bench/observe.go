@@ -130,6 +130,24 @@ func (o *observer) counts() (available, machines, provisioned, nodeReady int) {
 	return len(o.available), machines, provisioned, nodeReady
 }
 
+// allNodesReady returns when the last Machine's Node became Ready, once want Machines have.
+func (o *observer) allNodesReady(want int) (time.Time, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var last time.Time
+	ready := 0
+	for _, t := range o.machines {
+		if t.nodeReady.IsZero() {
+			continue
+		}
+		ready++
+		if t.nodeReady.After(last) {
+			last = t.nodeReady
+		}
+	}
+	return last, want > 0 && ready >= want
+}
+
 // availableTimes returns a copy of the Available times by cluster.
 func (o *observer) availableTimes() map[string]time.Time {
 	o.mu.Lock()

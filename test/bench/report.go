@@ -125,12 +125,25 @@ func (r *Report) WriteText(w io.Writer) {
 	row("clusters not Available (stalled)", func(x *Result) string { return fmt.Sprint(len(x.NotAvailable)) })
 	row("apply (s)", func(x *Result) string { return secs(x.ApplySeconds) })
 	row("apply → all Available (s)", func(x *Result) string { return secs(x.AllAvailableSeconds) })
+	row("workers", func(x *Result) string {
+		if x.MachinePool {
+			return "MachinePool"
+		}
+		return "MachineDeployment"
+	})
+	row("apply → all Nodes Ready (s)", func(x *Result) string { return secs(x.AllNodesReadySeconds) })
 	row("create→Available p50 (s)", func(x *Result) string { return secs(x.CreateToAvailable.P50) })
 	row("create→Available p90 (s)", func(x *Result) string { return secs(x.CreateToAvailable.P90) })
 	row("create→Available max (s)", func(x *Result) string { return secs(x.CreateToAvailable.Max) })
 	row("provider CPU (s)", func(x *Result) string { return fmt.Sprintf("%.1f", x.ProviderStats().CPUSeconds) })
 	row("provider peak RSS (MiB)", func(x *Result) string { return mib(x.ProviderStats().PeakRSSBytes) })
 	row("provider API requests", func(x *Result) string { return fmt.Sprint(x.ProviderRequests()) })
+	row("steady: provider requests / machine / 10 min", func(x *Result) string {
+		if x.Steady == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f (%d in %.0f s, %d machines)", x.Steady.PerMachinePerSyncPeriod, x.Steady.TotalRequests, x.Steady.WindowSeconds, x.Steady.Machines)
+	})
 
 	phases := map[string]bool{}
 	procs := map[string]bool{}
@@ -177,6 +190,12 @@ func (r *Report) WriteText(w io.Writer) {
 		fmt.Fprintf(w, "\n%s requests by verb and resource (%d):\n", run.Provider, run.ProviderRequests())
 		for _, k := range sortedKeys(byVR) {
 			fmt.Fprintf(w, "  %7d  %s\n", byVR[k], k)
+		}
+		if st := run.Steady; st != nil && st.TotalRequests > 0 {
+			fmt.Fprintf(w, "%s steady-state requests by verb and resource (%d in %.0f s):\n", run.Provider, st.TotalRequests, st.WindowSeconds)
+			for _, k := range sortedKeys(st.Requests) {
+				fmt.Fprintf(w, "  %7d  %s\n", st.Requests[k], k)
+			}
 		}
 		if c := run.Controllers; c != nil {
 			fmt.Fprintf(w, "%s controllers (reconciles, total reconcile s, mean queue wait s); requests throttled > 1 s by its own QPS limit: %d\n", run.Provider, c.ThrottledRequests)

@@ -36,6 +36,13 @@ var goofyTemplate []byte
 //go:embed templates/capd-inmemory.yaml
 var capdTemplate []byte
 
+//go:embed templates/goofy-machinepool-workers.yaml
+var goofyPoolWorkers []byte
+
+// defaultSyncPeriod is both providers' shipped --sync-period (CAPI's default, which CAPD keeps):
+// the steady-state request rate is given per machine per this period.
+const defaultSyncPeriod = 10 * time.Minute
+
 // Config is one benchmark run of one provider.
 type Config struct {
 	Provider     string
@@ -66,6 +73,12 @@ type Config struct {
 	AuditBodies bool
 	// Faults, when set, injects faults into a share of the clusters (Goofy only).
 	Faults *FaultProfile
+	// MachinePool makes each Goofy cluster's workers one MachinePool instead of a
+	// MachineDeployment (CAPD in-memory has no MachinePools).
+	MachinePool bool
+	// SteadyWindow > 0 keeps the plane running that long after every cluster is Available and
+	// counts the provider's requests in it: the cost of its steady state (Result.Steady).
+	SteadyWindow time.Duration
 	// Shards > 1 splits Goofy into that many managers, CAPI's way (docs/scaling.md): each with its
 	// own --watch-filter value and part of GoofyPortRange; cluster i is labelled for shard i % Shards.
 	Shards int
@@ -124,12 +137,32 @@ type Result struct {
 	// ProviderClient names the provider's entry in Requests.
 	ProviderClient string `json:"providerClient"`
 
+	// MachinePool is set when the workers were a MachinePool.
+	MachinePool bool `json:"machinePool,omitempty"`
+	// AllNodesReadySeconds is from the first apply to the last Machine's Node Ready (0 when not
+	// every machine asked for got one).
+	AllNodesReadySeconds float64 `json:"allNodesReadySeconds"`
+	// Steady is the provider's requests once everything was Available (SteadyWindow).
+	Steady *SteadyState `json:"steady,omitempty"`
+
 	// Controllers summarises the provider's controller-runtime metrics at the end.
 	Controllers *ControllerStats `json:"controllers,omitempty"`
 
 	Profiles []string `json:"profiles,omitempty"`
 	LogDir   string   `json:"logDir"`
 	Error    string   `json:"error,omitempty"`
+}
+
+// SteadyState is what the provider asked of the management API server while nothing changed.
+type SteadyState struct {
+	WindowSeconds float64 `json:"windowSeconds"`
+	Machines      int     `json:"machines"`
+	// Requests are the provider's, by "verb resource[/subresource]".
+	Requests      map[string]int `json:"requests"`
+	TotalRequests int            `json:"totalRequests"`
+	// PerMachinePerSyncPeriod is TotalRequests / Machines, scaled from the window to the shipped
+	// 10-minute sync period.
+	PerMachinePerSyncPeriod float64 `json:"perMachinePerSyncPeriod"`
 }
 
 // ProviderRequests is the provider's total number of requests.
@@ -166,8 +199,15 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 	switch cfg.Provider {
 	case ProviderGoofy:
 		template = goofyTemplate
+		if cfg.MachinePool {
+			template = withPoolWorkers(goofyTemplate, goofyPoolWorkers)
+			res.MachinePool = true
+		}
 		res.ProviderProcess, res.ProviderClient = "goofy", "goofy-manager"
 	case ProviderCAPD:
+		if cfg.MachinePool {
+			return errors.New("CAPD in-memory has no MachinePools: run it without MACHINE_POOL")
+		}
 		template = capdTemplate
 		res.ProviderProcess, res.ProviderClient = "capd", "capd-manager"
 	default:
@@ -342,6 +382,9 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 	waitErr := waitAvailable(ctx, cfg, obs, start, applyErr, res)
 	end := time.Now()
 	until := AuditTime(end)
+	if last, ok := obs.allNodesReady(cfg.Clusters * (cfg.ControlPlane + cfg.Workers)); ok {
+		res.AllNodesReadySeconds = last.Sub(start).Seconds()
+	}
 
 	if prof != nil {
 		res.Profiles = prof.stopCPU()
@@ -400,6 +443,18 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 	}
 	res.Phases = obs.phaseLatencies()
 
+	var steadySince, steadyUntil string
+	if cfg.SteadyWindow > 0 && waitErr == nil {
+		cfg.progress("steady state: counting the provider's requests for %s", cfg.SteadyWindow)
+		steadySince = AuditTime(time.Now())
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(cfg.SteadyWindow):
+		}
+		steadyUntil = AuditTime(time.Now())
+	}
+
 	// Stopping kube-apiserver flushes the audit log; count afterwards.
 	stopObserver()
 	plane.Stop()
@@ -408,7 +463,38 @@ func run(ctx context.Context, cfg Config, res *Result) error {
 		return errors.Join(waitErr, fmt.Errorf("counting requests: %w", err))
 	}
 	res.Requests = counts
+	if steadySince != "" {
+		steady, err := countRequestsBetween(auditLog, steadySince, steadyUntil)
+		if err != nil {
+			return fmt.Errorf("counting steady-state requests: %w", err)
+		}
+		res.Steady = newSteadyState(steady, res.ProviderClient, cfg.SteadyWindow, cfg.Clusters*(cfg.ControlPlane+cfg.Workers))
+	}
 	return waitErr
+}
+
+// newSteadyState reduces the requests of a steady window to the provider's.
+func newSteadyState(counts RequestCounts, client string, window time.Duration, machines int) *SteadyState {
+	st := &SteadyState{WindowSeconds: window.Seconds(), Machines: machines, Requests: map[string]int{}, TotalRequests: counts.ByClient[client]}
+	for k, v := range counts.ByVerbResource[client] {
+		st.Requests[k] = v
+	}
+	if machines > 0 && window > 0 {
+		st.PerMachinePerSyncPeriod = float64(st.TotalRequests) / float64(machines) * defaultSyncPeriod.Seconds() / window.Seconds()
+	}
+	return st
+}
+
+// withPoolWorkers is the cluster template with its MachineDeployment's objects (those named
+// ${CLUSTER_NAME}-md-0) replaced by the MachinePool's.
+func withPoolWorkers(template, poolWorkers []byte) []byte {
+	var docs []string
+	for _, doc := range strings.Split(string(template), "\n---\n") {
+		if !strings.Contains(doc, "name: ${CLUSTER_NAME}-md-0\n") {
+			docs = append(docs, doc)
+		}
+	}
+	return []byte(strings.Join(docs, "\n---\n") + "\n---\n" + string(poolWorkers))
 }
 
 // renderClusters renders the template once per cluster, in order.
@@ -481,7 +567,8 @@ func applyClusters(ctx context.Context, plane *harness.Plane, cfg Config, manife
 	return nil
 }
 
-// waitAvailable waits until every cluster is Available, printing progress every 10 s.
+// waitAvailable waits until every cluster is Available and every Node Ready, printing progress
+// every 10 s.
 func waitAvailable(ctx context.Context, cfg Config, obs *observer, start time.Time, applyErr <-chan error, res *Result) error {
 	deadline := time.NewTimer(cfg.Timeout)
 	defer deadline.Stop()
@@ -493,7 +580,10 @@ func waitAvailable(ctx context.Context, cfg Config, obs *observer, start time.Ti
 			time.Since(start).Seconds(), a, cfg.Clusters, m, p, n, cfg.Clusters*(cfg.ControlPlane+cfg.Workers))
 	}
 	for {
-		if a, _, _, _ := obs.counts(); a >= cfg.Clusters {
+		// Available alone is not the end: a MachinePool's Machines may come after its cluster is
+		// Available (CAPI v1.14 does not wait for them), and a control-plane Node may turn Ready
+		// after KCP's health checks pass. The scenario ends when every Node asked for is Ready.
+		if a, _, _, n := obs.counts(); a >= cfg.Clusters && n >= cfg.Clusters*(cfg.ControlPlane+cfg.Workers) {
 			report()
 			return nil
 		}
@@ -502,8 +592,8 @@ func waitAvailable(ctx context.Context, cfg Config, obs *observer, start time.Ti
 			return ctx.Err()
 		case <-deadline.C:
 			report()
-			a, _, _, _ := obs.counts()
-			return fmt.Errorf("only %d of %d clusters Available after %s", a, cfg.Clusters, cfg.Timeout)
+			a, _, _, n := obs.counts()
+			return fmt.Errorf("only %d of %d clusters Available and %d of %d Nodes Ready after %s", a, cfg.Clusters, n, cfg.Clusters*(cfg.ControlPlane+cfg.Workers), cfg.Timeout)
 		case err := <-applyErr:
 			if err != nil {
 				return fmt.Errorf("applying clusters: %w", err)

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -79,6 +80,8 @@ func run() error {
 	shards := flag.Int("shards", envInt("SHARDS", 1), "Goofy managers sharing the clusters by --watch-filter (docs/scaling.md; env SHARDS)")
 	faults := flag.String("faults", os.Getenv("FAULTS"), "fault profile (docs/faults.md) applied to a share of Goofy's clusters (env FAULTS)")
 	auditBodies := flag.Bool("audit-bodies", os.Getenv("AUDIT_BODIES") != "", "log request bodies of the provider's writes to infrastructure kinds (env AUDIT_BODIES)")
+	machinePool := flag.Bool("machine-pool", os.Getenv("MACHINE_POOL") != "", "Goofy's workers as one MachinePool per cluster instead of a MachineDeployment; CAPD in-memory has none (env MACHINE_POOL)")
+	steady := flag.Duration("steady", envDuration("STEADY", 0), "after all clusters are Available, count the provider's requests for this long: its steady-state cost per machine per 10-minute sync period (env STEADY)")
 	flag.Parse()
 
 	// The observer's informers log through controller-runtime; the run's output is the report.
@@ -94,6 +97,9 @@ func run() error {
 		if p != bench.ProviderGoofy && p != bench.ProviderCAPD {
 			return fmt.Errorf("unknown provider %q (want %s or %s)", p, bench.ProviderGoofy, bench.ProviderCAPD)
 		}
+	}
+	if *machinePool && slices.Contains(names, bench.ProviderCAPD) {
+		return fmt.Errorf("MACHINE_POOL: %s has no MachinePools; run it in its own make bench without MACHINE_POOL", bench.ProviderCAPD)
 	}
 	if len(names) == 0 || *n < 1 || *cp < 1 || *workers < 0 {
 		return fmt.Errorf("need at least one provider, one cluster and one control-plane machine")
@@ -137,6 +143,7 @@ func run() error {
 			Provider: p, Clusters: *n, ControlPlane: *cp, Workers: *workers, Phase: *phase, Jitter: *jitter,
 			BatchSize: *batch, BatchInterval: *batchInterval, Timeout: *timeout, KubernetesVersion: *k8s,
 			GoofyPortRange: *portRange, Client: bench.ClientSettings{QPS: *qps, Burst: *burst, Concurrency: *concurrency}, ProfileWindow: *profile, AuditBodies: *auditBodies, Faults: faultProfile, Shards: *shards,
+			MachinePool: *machinePool, SteadyWindow: *steady,
 			RepoRoot: repo, OutDir: filepath.Join(runDir, p), Binaries: bins,
 			CAPDBinary: capdBinary, CAPDModule: capdModule, Progress: os.Stdout,
 		})
