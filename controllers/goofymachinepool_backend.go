@@ -36,7 +36,7 @@ func (r *GoofyMachinePoolReconciler) machinePoolBackend(s *machinePoolScope) Mac
 		return r.chooseBackend(s)
 	}
 	if s.gc != nil && s.gc.Spec.Backend.Azure != nil {
-		return azureMachinePoolBackend{client: r.Client}
+		return newAzureMachinePoolBackend(r.Client, r.reader(), r.Azure)
 	}
 	return &simulatedMachinePoolBackend{client: r.Client, live: r.reader()}
 }

@@ -52,6 +52,8 @@ type GoofyMachinePoolReconciler struct {
 	APIReader client.Reader
 	// WatchFilterValue, when set, restricts reconciliation to objects with the watch-filter label.
 	WatchFilterValue string
+	// Azure serves pools of Azure-backed GoofyClusters (scale sets); nil disables that backend.
+	Azure *AzureClouds
 
 	// Clock tells the time of the pool's faults (spec.simulation); nil: the real clock.
 	Clock clock.PassiveClock
