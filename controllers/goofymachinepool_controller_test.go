@@ -516,8 +516,8 @@ func TestPoolWatchesItsInstances(t *testing.T) {
 
 // TestMachinePoolWatches runs the pool and machine reconcilers in a manager (default sync period:
 // 10 h, so only watch events move them): a new pool gets its instances, the instances' Ready
-// transitions (status only) make the pool Ready, and a change of the MachinePool's replicas
-// scales it.
+// transitions (status only) make the pool Ready, a change of the MachinePool's replicas
+// scales it and a change of its version rolls it.
 func TestMachinePoolWatches(t *testing.T) {
 	requireEnv(t)
 	g := NewWithT(t)
@@ -558,6 +558,25 @@ func TestMachinePoolWatches(t *testing.T) {
 	p.setReplicas(t, 3)
 	g.Eventually(func() []infrav1.GoofyMachine { return p.instances(t) }, wakeTimeout, 50*time.Millisecond).Should(HaveLen(3))
 	g.Expect(p.instances(t)).To(HaveLen(3), "no more than the replicas, whatever the cache saw")
+
+	// A version bump rolls the pool on watch events alone: the MachinePool's update, then each
+	// instance's Ready transition and deletion (CAPI's part played by hand).
+	before := names(ptrs(p.instances(t)))
+	get(t, p.mp)
+	p.mp.Spec.Template.Spec.Version = "v1.36.4"
+	g.Expect(k8sClient.Update(ctx, p.mp)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		p.playCAPI(t, nil)
+		instances := p.instances(t)
+		g.Expect(instances).To(HaveLen(3))
+		for _, gm := range instances {
+			g.Expect(before).NotTo(ContainElement(gm.Name))
+			g.Expect(gm.Annotations).To(HaveKeyWithValue(infrav1.InstanceKubernetesVersionAnnotation, "v1.36.4"))
+		}
+		get(t, p.pool)
+		g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.RollingOutCondition, metav1.ConditionFalse, infrav1.NotRollingOutReason))
+		g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.ReadyCondition, metav1.ConditionTrue, infrav1.ReadyReason))
+	}, wakeTimeout, 50*time.Millisecond).Should(Succeed())
 }
 
 // markReady sets the Ready condition of the pool's instances (all those not Ready yet), as the
