@@ -489,7 +489,7 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 		return fmt.Errorf("setting up the GoofyMachineTemplate controller: %w", err)
 	}
 	if err := (&controllers.GoofyMachinePoolReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), WatchFilterValue: o.watchFilter,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), WatchFilterValue: o.watchFilter, Azure: azureClouds,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.machinePoolConcurrency}); err != nil {
 		return fmt.Errorf("setting up the GoofyMachinePool controller: %w", err)
 	}
