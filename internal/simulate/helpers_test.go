@@ -44,7 +44,15 @@ type env struct {
 // newEnv starts a cluster; db, when set, keeps its state (for restarts).
 func newEnv(t *testing.T, db *storage.DB) *env {
 	t.Helper()
-	sim := simulate.New(simulate.Options{Workloads: true, PodStartDelay: 200 * time.Millisecond, JobRunTime: 300 * time.Millisecond, PodStopDelay: 100 * time.Millisecond})
+	return newEnvWith(t, db, simulate.Options{})
+}
+
+// newEnvWith starts a cluster with the simulator's options more (workloads and the timings are
+// newEnv's).
+func newEnvWith(t *testing.T, db *storage.DB, more simulate.Options) *env {
+	t.Helper()
+	more.Workloads, more.PodStartDelay, more.JobRunTime, more.PodStopDelay = true, 200*time.Millisecond, 300*time.Millisecond, 100*time.Millisecond
+	sim := simulate.New(more)
 	opts := []store.ManagerOption{store.WithSimulator(sim)}
 	if db != nil {
 		opts = append(opts, store.WithStorage(db))
@@ -62,6 +70,15 @@ func newEnv(t *testing.T, db *storage.DB) *env {
 		t.Fatal(err)
 	}
 	e.cs = cs
+	return e
+}
+
+// newWorkerEnv starts a cluster with kubeadm's objects and one Ready worker, worker-0.
+func newWorkerEnv(t *testing.T) *env {
+	t.Helper()
+	e := newEnv(t, nil)
+	e.addKubeadmObjects()
+	e.addNode("worker-0", "10.0.0.20", false)
 	return e
 }
 

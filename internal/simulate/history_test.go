@@ -61,9 +61,7 @@ func rolloutHistory(g Gomega, e *env, target string, want ...string) {
 // revisionHistoryLimit goes.
 func TestDaemonSetControllerRevisions(t *testing.T) {
 	g := NewWithT(t)
-	e := newEnv(t, nil)
-	e.addKubeadmObjects()
-	e.addNode("worker-0", "10.0.0.20", false)
+	e := newWorkerEnv(t)
 	e.addNode("worker-1", "10.0.0.21", false)
 	ctx := context.Background()
 	e.kubectl(true, `apiVersion: apps/v1
@@ -131,9 +129,7 @@ spec:
 // rollout history` lists them and `kubectl rollout undo` rolls back.
 func TestStatefulSetControllerRevisions(t *testing.T) {
 	g := NewWithT(t)
-	e := newEnv(t, nil)
-	e.addKubeadmObjects()
-	e.addNode("worker-0", "10.0.0.20", false)
+	e := newWorkerEnv(t)
 	ctx := context.Background()
 	e.kubectl(true, statefulSetManifest, "apply", "-f", "-")
 	e.kubectl(true, "", "rollout", "status", "statefulset/db", "--timeout=60s")

@@ -59,10 +59,8 @@ func runJob(e *env, name, spec, restartPolicy, exitCode, condition string) *batc
 // backoffLimit+1 pods failed; `kubectl wait --for=condition=failed` returns.
 func TestJobBackoffLimitExceeded(t *testing.T) {
 	g := NewWithT(t)
-	e := newEnv(t, nil)
+	e := newWorkerEnv(t)
 	e.sim.SetPodFailureBackoff(time.Second)
-	e.addKubeadmObjects()
-	e.addNode("worker-0", "10.0.0.20", false)
 	job := runJob(e, "flaky", "  backoffLimit: 2\n", "Never", "3", "failed")
 	g.Expect(job.Status.Failed).To(BeEquivalentTo(3))
 	g.Expect(job.Status.Succeeded).To(BeZero())
@@ -95,10 +93,8 @@ func TestJobBackoffLimitExceeded(t *testing.T) {
 // DeadlineExceeded; its running pod is deleted and counted as failed.
 func TestJobActiveDeadline(t *testing.T) {
 	g := NewWithT(t)
-	e := newEnv(t, nil)
+	e := newWorkerEnv(t)
 	e.sim.Configure("test", simulate.ClusterOptions{JobRunTime: time.Hour})
-	e.addKubeadmObjects()
-	e.addNode("worker-0", "10.0.0.20", false)
 	job := runJob(e, "slow", "  activeDeadlineSeconds: 2\n", "Never", "", "failed")
 	g.Expect(conditionTypes(job)).To(Equal([]batchv1.JobConditionType{batchv1.JobFailureTarget, batchv1.JobFailed}))
 	g.Expect(job.Status.Conditions[1].Reason).To(Equal(batchv1.JobReasonDeadlineExceeded))
@@ -114,10 +110,8 @@ func TestJobActiveDeadline(t *testing.T) {
 // lastState), and the restarts count against backoffLimit.
 func TestJobOnFailureRestarts(t *testing.T) {
 	g := NewWithT(t)
-	e := newEnv(t, nil)
+	e := newWorkerEnv(t)
 	e.sim.SetPodFailureBackoff(200 * time.Millisecond)
-	e.addKubeadmObjects()
-	e.addNode("worker-0", "10.0.0.20", false)
 	ctx := context.Background()
 	w, err := e.cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=crashy"})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -162,9 +156,7 @@ func TestJobOnFailureRestarts(t *testing.T) {
 // compressed form.
 func TestIndexedJob(t *testing.T) {
 	g := NewWithT(t)
-	e := newEnv(t, nil)
-	e.addKubeadmObjects()
-	e.addNode("worker-0", "10.0.0.20", false)
+	e := newWorkerEnv(t)
 	job := runJob(e, "shards", "  completionMode: Indexed\n  completions: 5\n  parallelism: 2\n", "Never", "", "complete")
 	g.Expect(job.Status.CompletedIndexes).To(Equal("0-4"))
 	g.Expect(job.Status.Succeeded).To(BeEquivalentTo(5))

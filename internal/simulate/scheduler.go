@@ -91,10 +91,16 @@ func (s *scheduler) sync(ctx context.Context, key string) error {
 		s.c.mu.Unlock()
 		return s.failed(ctx, pod, fitError(reasons, total))
 	}
-	return s.c.client.SubResource("binding").Create(ctx, pod, &corev1.Binding{
+	if err := s.c.client.SubResource("binding").Create(ctx, pod, &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
-	})
+	}); err != nil {
+		return err
+	}
+	if s.c.opts.ScheduledEvents {
+		s.event(ctx, pod, corev1.EventTypeNormal, "Binding", "Scheduled", fmt.Sprintf("Successfully assigned %s/%s to %s", pod.Namespace, pod.Name, node))
+	}
+	return nil
 }
 
 // pick returns the best node for the pod, or the reasons each node was filtered out for.
@@ -237,18 +243,24 @@ func (s *scheduler) failed(ctx context.Context, pod *corev1.Pod, message string)
 	if err := s.c.client.Status().Update(ctx, next); err != nil {
 		return err
 	}
+	s.event(ctx, pod, corev1.EventTypeWarning, "Scheduling", "FailedScheduling", message)
+	return nil
+}
+
+// event records an events.k8s.io/v1 Event about pod as kube-scheduler's recorder does, best
+// effort.
+func (s *scheduler) event(ctx context.Context, pod *corev1.Pod, typ, action, reason, note string) {
 	ev := &eventsv1.Event{
 		// Named as client-go's event recorder names events: the object's name and the time.
 		ObjectMeta:          metav1.ObjectMeta{Namespace: pod.Namespace, Name: fmt.Sprintf("%s.%x", pod.Name, time.Now().UnixNano())},
 		EventTime:           metav1.NewMicroTime(time.Now()),
 		ReportingController: corev1.DefaultSchedulerName,
 		ReportingInstance:   corev1.DefaultSchedulerName,
-		Action:              "Scheduling",
-		Reason:              "FailedScheduling",
+		Action:              action,
+		Reason:              reason,
 		Regarding:           corev1.ObjectReference{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, APIVersion: "v1", ResourceVersion: pod.ResourceVersion},
-		Note:                message,
-		Type:                corev1.EventTypeWarning,
+		Note:                note,
+		Type:                typ,
 	}
-	_ = s.c.client.Create(ctx, ev) // best effort, as the event recorder
-	return nil
+	_ = s.c.client.Create(ctx, ev)
 }

@@ -25,6 +25,13 @@ type Options struct {
 	PodStartDelay time.Duration
 	// JobRunTime is how long a Job's pod runs before its containers exit 0.
 	JobRunTime time.Duration
+	// ScheduledEvents makes the scheduler record a Scheduled event (events.k8s.io/v1) for each
+	// pod it binds, as kube-scheduler does. Off by default: an event costs memory until it
+	// expires (EventTTL), which for a fleet of running pods is more than the pods themselves.
+	ScheduledEvents bool
+	// EventTTL is how long a cluster keeps an Event (kube-apiserver's --event-ttl, 1 h); the
+	// event TTL controller (eventttl.go) deletes older ones.
+	EventTTL time.Duration
 	// PodStopDelay is how long a kubelet takes to stop a gracefully deleted pod's containers
 	// (never longer than the pod's grace period), in every cluster, workloads on or off.
 	PodStopDelay time.Duration
@@ -80,6 +87,9 @@ func New(opts Options) *Simulator {
 	}
 	if opts.PodStopDelay <= 0 {
 		opts.PodStopDelay = DefaultPodStopDelay
+	}
+	if opts.EventTTL <= 0 {
+		opts.EventTTL = DefaultEventTTL
 	}
 	return &Simulator{
 		opts: opts,
@@ -251,6 +261,7 @@ func (c *cluster) start(opts Options) {
 	add(func(c *cluster, i int) controller { return newNodeLeases(c, i) })
 	add(func(c *cluster, i int) controller { return newPodGC(c, i) })
 	add(func(c *cluster, i int) controller { return newPodTermination(c, i) })
+	add(func(c *cluster, i int) controller { return newEventTTL(c, i) })
 	if !opts.Workloads {
 		add(func(c *cluster, i int) controller { return newInstantRollouts(c, i) })
 	} else {
