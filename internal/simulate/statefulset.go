@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
@@ -25,8 +26,9 @@ import (
 // (OrderedReady) or all at once (Parallel), removed from the highest ordinal down; a template
 // change replaces pods from the highest ordinal down, one at a time, above the rolling update's
 // partition; status with currentRevision and updateRevision as `kubectl rollout status` reads
-// them, and the ControllerRevisions `kubectl rollout history` and `undo` read (history.go). Not
-// simulated: volumeClaimTemplates' PVCs.
+// them, and the ControllerRevisions `kubectl rollout history` and `undo` read (history.go);
+// each ordinal's PersistentVolumeClaims of the volumeClaimTemplates, Bound at once and kept on
+// scale-down (the default retention policy).
 type statefulSetController struct {
 	c   *cluster
 	idx int
@@ -153,6 +155,9 @@ func (s *statefulSetController) scale(ctx context.Context, set *appsv1.StatefulS
 	for ord := start; ord < start+replicas; ord++ {
 		p := pods[ord]
 		if p == nil {
+			if err := s.createClaims(ctx, set, ord); err != nil {
+				return err
+			}
 			if err := s.c.client.Create(ctx, s.podFor(set, ord, revision)); err != nil && !isGone(err) {
 				return err
 			}
@@ -237,7 +242,69 @@ func (s *statefulSetController) podFor(set *appsv1.StatefulSet, ord int, revisio
 	pod.Labels[appsv1.ControllerRevisionHashLabelKey] = revision
 	pod.Spec.Hostname = pod.Name
 	pod.Spec.Subdomain = set.Spec.ServiceName
+	if len(set.Spec.VolumeClaimTemplates) > 0 {
+		// The claims' volumes, then the template's other volumes (upstream's updateStorage).
+		claims := map[string]bool{}
+		var volumes []corev1.Volume
+		for _, tmpl := range set.Spec.VolumeClaimTemplates {
+			claims[tmpl.Name] = true
+			volumes = append(volumes, corev1.Volume{Name: tmpl.Name, VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claimName(tmpl.Name, set.Name, ord)}}})
+		}
+		for _, v := range pod.Spec.Volumes {
+			if !claims[v.Name] {
+				volumes = append(volumes, v)
+			}
+		}
+		pod.Spec.Volumes = volumes
+	}
 	return pod
+}
+
+// claimName is the PersistentVolumeClaim of a volumeClaimTemplate for one ordinal.
+func claimName(template, set string, ord int) string {
+	return fmt.Sprintf("%s-%s-%d", template, set, ord)
+}
+
+// createClaims creates the ordinal's PersistentVolumeClaims that do not exist yet, from the
+// set's volumeClaimTemplates with the set's selector labels, and binds them at once (the
+// simulated provisioner: phase Bound, the requested storage as capacity). Existing claims, those
+// kept when the set scaled down (the default retention policy, Retain), are used again.
+func (s *statefulSetController) createClaims(ctx context.Context, set *appsv1.StatefulSet, ord int) error {
+	for _, tmpl := range set.Spec.VolumeClaimTemplates {
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: set.Namespace, Name: claimName(tmpl.Name, set.Name, ord),
+				Labels: map[string]string{}, Annotations: tmpl.Annotations},
+			Spec: *tmpl.Spec.DeepCopy(),
+		}
+		for k, v := range tmpl.Labels {
+			pvc.Labels[k] = v
+		}
+		if set.Spec.Selector != nil {
+			for k, v := range set.Spec.Selector.MatchLabels {
+				pvc.Labels[k] = v
+			}
+		}
+		err := s.c.client.Create(ctx, pvc)
+		if apierrors.IsAlreadyExists(err) {
+			err = s.c.client.Get(ctx, client.ObjectKeyFromObject(pvc), pvc)
+		}
+		if err != nil {
+			return err
+		}
+		if pvc.Status.Phase == corev1.ClaimBound {
+			continue
+		}
+		pvc.Status.Phase = corev1.ClaimBound
+		pvc.Status.AccessModes = pvc.Spec.AccessModes
+		if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+			pvc.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: q}
+		}
+		if err := s.c.client.Status().Update(ctx, pvc); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *statefulSetController) syncStatus(ctx context.Context, set *appsv1.StatefulSet, pods map[int]*corev1.Pod, start, replicas int, revision string, now time.Time) error {
