@@ -30,7 +30,7 @@ import (
 // restarts), a replacement waits the pod failure backoff (10 s doubling, at most 10 min);
 // backoffLimit and activeDeadlineSeconds end the Job with FailureTarget then Failed, success
 // with SuccessCriteriaMet then Complete once no pod is left running, as 1.36 reports them;
-// startTime, completionTime, ready and terminating counts; and the TTL after finished
+// an Indexed Job's successPolicy; startTime, completionTime, ready and terminating counts; and the TTL after finished
 // controller's deletion (ttlSecondsAfterFinished). Pods fail when ExitCodeAnnotation says so.
 type jobController struct {
 	c   *cluster
@@ -226,6 +226,11 @@ func (j *jobController) sync(ctx context.Context, key string) error {
 			j.c.after(left, j.idx, key)
 		}
 	}
+	if finished == nil && indexed {
+		if msg, ok := matchSuccessPolicy(job.Spec.SuccessPolicy, ptr.Deref(completions, 0), succeededIndexes); ok {
+			finished = &batchv1.JobCondition{Type: batchv1.JobSuccessCriteriaMet, Reason: batchv1.JobReasonSuccessPolicy, Message: msg}
+		}
+	}
 	if finished == nil {
 		switch {
 		case indexed && completions != nil && succeeded >= *completions:
@@ -283,6 +288,36 @@ func (j *jobController) sync(ctx context.Context, key string) error {
 	next := job.DeepCopy()
 	next.Status = *st
 	return j.c.client.Status().Update(ctx, next)
+}
+
+// matchSuccessPolicy is upstream's: the first rule whose succeededIndexes all succeeded (or
+// succeededCount of them), or, without indexes, whose succeededCount indexes succeeded.
+func matchSuccessPolicy(policy *batchv1.SuccessPolicy, completions int32, succeeded map[int]bool) (string, bool) {
+	if policy == nil || len(succeeded) == 0 {
+		return "", false
+	}
+	for i, rule := range policy.Rules {
+		match := false
+		if rule.SucceededIndexes != nil {
+			required := map[int]bool{}
+			for _, ix := range parseIndexes(*rule.SucceededIndexes, completions) {
+				required[ix] = true
+			}
+			n := 0
+			for ix := range required {
+				if succeeded[ix] {
+					n++
+				}
+			}
+			match = len(required) > 0 && (n == len(required) || rule.SucceededCount != nil && n >= int(*rule.SucceededCount))
+		} else if rule.SucceededCount != nil {
+			match = len(succeeded) >= int(*rule.SucceededCount)
+		}
+		if match {
+			return fmt.Sprintf("Matched rules at index %d", i), true
+		}
+	}
+	return "", false
 }
 
 func successCondition() *batchv1.JobCondition {

@@ -176,3 +176,21 @@ func TestIndexedJob(t *testing.T) {
 	}
 	g.Expect(seen).To(HaveLen(5))
 }
+
+// TestIndexedJobSuccessPolicy: an Indexed Job whose successPolicy names indexes 0 and 1
+// succeeds once they did (SuccessCriteriaMet then Complete, reason SuccessPolicy), without
+// running the other indexes.
+func TestIndexedJobSuccessPolicy(t *testing.T) {
+	g := NewWithT(t)
+	e := newWorkerEnv(t)
+	job := runJob(e, "leader", "  completionMode: Indexed\n  completions: 5\n  parallelism: 1\n  successPolicy:\n    rules: [{succeededIndexes: \"0-1\"}]\n",
+		"Never", "", "complete")
+	g.Expect(conditionTypes(job)).To(Equal([]batchv1.JobConditionType{batchv1.JobSuccessCriteriaMet, batchv1.JobComplete}))
+	for _, c := range job.Status.Conditions {
+		g.Expect(c.Reason).To(Equal(batchv1.JobReasonSuccessPolicy))
+		g.Expect(c.Message).To(Equal("Matched rules at index 0"))
+	}
+	g.Expect(job.Status.CompletedIndexes).To(Equal("0,1"))
+	g.Expect(job.Status.Succeeded).To(BeEquivalentTo(2))
+	g.Expect(job.Status.CompletionTime).NotTo(BeNil())
+}
