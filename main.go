@@ -152,6 +152,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.workloads.Workloads, "simulate-workloads", true, "Run workloads in the simulated clusters: the scheduler, the kubelets' pod lifecycle and kube-controller-manager's Deployment, ReplicaSet, DaemonSet and disruption controllers (docs/workloads.md). Off, Deployments and DaemonSets report their rollouts at once and no pod runs.")
 	fs.DurationVar(&o.workloads.PodStartDelay, "pod-start-delay", simulate.DefaultPodStartDelay, "How long a simulated kubelet takes from a pod's binding to its containers running.")
 	fs.DurationVar(&o.workloads.JobRunTime, "job-run-time", simulate.DefaultJobRunTime, "How long a Job's pod runs in a simulated cluster before its containers exit 0.")
+	fs.BoolVar(&o.workloads.ScheduledEvents, "scheduled-events", false, "Record kube-scheduler's Scheduled event for every pod a simulated cluster binds. Off by default: each event costs memory until the event TTL deletes it.")
+	fs.DurationVar(&o.workloads.EventTTL, "event-ttl", simulate.DefaultEventTTL, "How long a simulated cluster keeps an Event after its last write (kube-apiserver's --event-ttl).")
 
 	if o.logs == nil {
 		o.logs = logs.NewOptions()

@@ -30,6 +30,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/testenv"
 )
 
@@ -134,6 +135,23 @@ func TestWorkloadLimitFlags(t *testing.T) {
 		MaxConnectionsPerListener: 9, MaxRequestsInFlight: 7, MaxMutatingRequestsInFlight: 3, RequestTimeout: 5 * time.Second,
 		MaxWatchesPerCluster: 11, WatchWriteTimeout: 2 * time.Second, MaxPortForwardStreams: 4,
 	}))
+}
+
+// TestWorkloadSimulationFlags: the simulator's options come from the workload flags.
+func TestWorkloadSimulationFlags(t *testing.T) {
+	g := NewWithT(t)
+	o, err := parseFlags(t)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(o.workloads.Workloads).To(BeTrue())
+	g.Expect(o.workloads.ScheduledEvents).To(BeFalse())
+	g.Expect(o.workloads.EventTTL).To(Equal(simulate.DefaultEventTTL))
+	o, err = parseFlags(t, "--simulate-workloads=false", "--pod-start-delay=3s", "--job-run-time=7s", "--scheduled-events", "--event-ttl=10m")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(o.workloads.Workloads).To(BeFalse())
+	g.Expect(o.workloads.PodStartDelay).To(Equal(3 * time.Second))
+	g.Expect(o.workloads.JobRunTime).To(Equal(7 * time.Second))
+	g.Expect(o.workloads.ScheduledEvents).To(BeTrue())
+	g.Expect(o.workloads.EventTTL).To(Equal(10 * time.Minute))
 }
 
 // TestLoggingFlags: component-base's logging flags are there, and the deprecated zap flags map
