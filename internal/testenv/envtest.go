@@ -3,6 +3,7 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -99,11 +100,7 @@ func RunTests(m *testing.M, setup func(*rest.Config) error) int {
 		fmt.Fprintf(os.Stderr, "SKIP envtest tests: kube-apiserver/etcd not found in %s (run 'make envtest')\n", AssetsDir())
 		return m.Run()
 	}
-	env, err := Environment()
-	var cfg *rest.Config
-	if err == nil {
-		cfg, err = env.Start()
-	}
+	env, cfg, err := startEnvironment()
 	if err == nil {
 		err = setup(cfg)
 	}
@@ -119,6 +116,31 @@ func RunTests(m *testing.M, setup func(*rest.Config) error) int {
 		fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
 	}
 	return code
+}
+
+// startAttempts bounds the starts of an Environment. envtest picks its API server's port by
+// binding port 0 and closing it, so a process started meanwhile (another package's test plane in
+// `go test ./...`) can take the port first: the start then fails talking to a stranger
+// ("unexpected EOF" installing CRDs), and a new start picks a new port.
+const startAttempts = 3
+
+// startEnvironment starts a new Environment, again after a failed start.
+func startEnvironment() (*envtest.Environment, *rest.Config, error) {
+	var errs []error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		env, err := Environment()
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg, err := env.Start()
+		if err == nil {
+			return env, cfg, nil
+		}
+		fmt.Fprintf(os.Stderr, "starting envtest (attempt %d of %d): %v\n", attempt, startAttempts, err)
+		_ = env.Stop()
+		errs = append(errs, err)
+	}
+	return nil, nil, errors.Join(errs...)
 }
 
 // Go runs f (a manager, say) until the test ends: the cleanup cancels f's context and waits up
