@@ -33,11 +33,11 @@ const (
 	defaultStressRounds   = 1
 	// stressAvailableTimeout bounds a round's wait for every cluster to be Available: a cluster
 	// that is not by then has stalled (a lost wake-up waits for the 1 h resync). Alone a round
-	// takes about 85 s, and 72-82 s at the end of CI on a quiet machine. With other builds beside
-	// CI on the same two cores, rounds took 133-233 s and once more than 5 minutes: the management
-	// kube-apiserver slowed, and CAPI's optimistic-lock status patches then conflicted more (409s
-	// outnumbered successes). Each round's request summary in the scenario timings says which it
-	// was. The bound stays far below the resync, where a stall would show.
+	// takes about 85 s, and 72-104 s at the end of CI on an idle machine. Some rounds took 133-233 s
+	// and once more than 5 minutes: CAPI's Machine controller's optimistic-lock status patches then
+	// conflicted in a storm (409s outnumbering successes six to one), likelier on a loaded machine
+	// but seen on an idle one too. Each round's request summary in the scenario timings shows it.
+	// The bound stays far below the resync, where a stall would show.
 	stressAvailableTimeout = 10 * time.Minute
 	stressDeleteTimeout    = 5 * time.Minute
 	stressPhase            = "250ms"
