@@ -193,6 +193,25 @@ const instanceNamePrefix = 57
 // becomes its controller), with its provider ID, the MachinePool's Kubernetes version and
 // bootstrap data secret, the pool's instance template, and the hash of all these (hash).
 func (b *simulatedMachinePoolBackend) createInstance(ctx context.Context, s *machinePoolScope, hash string) (*infrav1.GoofyMachine, error) {
+	gm, err := createPoolInstance(ctx, b.client, s, func(gm *infrav1.GoofyMachine) {
+		gm.Spec.ProviderID = fmt.Sprintf("goofy://%s/%s/%s", gm.Namespace, s.cluster.Name, gm.Name)
+		gm.Annotations[infrav1.InstanceTemplateHashAnnotation] = hash
+		if tmpl := s.pool.Spec.Template; tmpl.Spec.InMemory != nil {
+			gm.Spec.Backend.InMemory = tmpl.Spec.InMemory.DeepCopy()
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating an instance of GoofyMachinePool %s: %w", klogRef(s.pool), err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Created a pool instance", "GoofyMachine", klogRef(gm))
+	return gm, nil
+}
+
+// createPoolInstance creates an instance GoofyMachine of the pool in s, whatever its backend:
+// named after the pool, owned by it (not as controller), labelled for CAPI's MachinePool
+// Machines, with the pool template's labels, annotations and capacity and the MachinePool's
+// bootstrap data and version recorded; backend adds what is its own (provider ID, backend).
+func createPoolInstance(ctx context.Context, c client.Client, s *machinePoolScope, backend func(gm *infrav1.GoofyMachine)) (*infrav1.GoofyMachine, error) {
 	pool, mp := s.pool, s.machinePool
 	prefix := pool.Name
 	if len(prefix) > instanceNamePrefix {
@@ -200,17 +219,13 @@ func (b *simulatedMachinePoolBackend) createInstance(ctx context.Context, s *mac
 	}
 	tmpl := pool.Spec.Template
 	for attempt := 0; ; attempt++ {
-		name := prefix + "-" + utilrand.String(5)
 		gm := &infrav1.GoofyMachine{
 			ObjectMeta: metav1.ObjectMeta{
-				Namespace: pool.Namespace, Name: name,
+				Namespace: pool.Namespace, Name: prefix + "-" + utilrand.String(5),
 				Labels: map[string]string{}, Annotations: map[string]string{},
 				OwnerReferences: []metav1.OwnerReference{{
 					APIVersion: infrav1.GroupVersion.String(), Kind: "GoofyMachinePool", Name: pool.Name, UID: pool.UID,
 				}},
-			},
-			Spec: infrav1.GoofyMachineSpec{
-				ProviderID: fmt.Sprintf("goofy://%s/%s/%s", pool.Namespace, s.cluster.Name, name),
 			},
 		}
 		for k, v := range tmpl.ObjectMeta.Labels {
@@ -227,24 +242,20 @@ func (b *simulatedMachinePoolBackend) createInstance(ctx context.Context, s *mac
 		gm.Labels[clusterv1.MachinePoolNameLabel] = format.MustFormatValue(mp.Name)
 		gm.Labels[infrav1.MachinePoolInstanceLabel] = format.MustFormatValue(pool.Name)
 		gm.Annotations[infrav1.InstanceBootstrapDataAnnotation] = *mp.Spec.Template.Spec.Bootstrap.DataSecretName
-		gm.Annotations[infrav1.InstanceTemplateHashAnnotation] = hash
 		if v := mp.Spec.Template.Spec.Version; v != "" {
 			gm.Annotations[infrav1.InstanceKubernetesVersionAnnotation] = v
 		}
 		if len(tmpl.Spec.Capacity) > 0 {
 			gm.Spec.Capacity = tmpl.Spec.Capacity.DeepCopy()
 		}
-		if tmpl.Spec.InMemory != nil {
-			gm.Spec.Backend.InMemory = tmpl.Spec.InMemory.DeepCopy()
-		}
-		err := b.client.Create(ctx, gm)
+		backend(gm)
+		err := c.Create(ctx, gm)
 		if apierrors.IsAlreadyExists(err) && attempt < 3 {
-			continue
+			continue // a random name taken: draw another
 		}
 		if err != nil {
-			return nil, fmt.Errorf("creating an instance of GoofyMachinePool %s: %w", klogRef(pool), err)
+			return nil, err
 		}
-		ctrl.LoggerFrom(ctx).Info("Created a pool instance", "GoofyMachine", klogRef(gm))
 		return gm, nil
 	}
 }

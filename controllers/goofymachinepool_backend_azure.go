@@ -7,13 +7,9 @@ import (
 	"slices"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
-	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
-	"sigs.k8s.io/cluster-api/util/labels/format"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -234,55 +230,15 @@ func (b azureMachinePoolBackend) removeInstance(ctx context.Context, set *azure.
 // backend's instances, with the VM's provider ID, the MachinePool's bootstrap data secret and
 // Kubernetes version, the Azure machine backend, and the template's metadata and capacity.
 func (b azureMachinePoolBackend) createInstance(ctx context.Context, s *machinePoolScope, vm metadata.InstanceMetadata) (*infrav1.GoofyMachine, error) {
-	pool, mp := s.pool, s.machinePool
-	prefix := pool.Name
-	if len(prefix) > instanceNamePrefix {
-		prefix = strings.TrimRight(prefix[:instanceNamePrefix], "-.")
+	gm, err := createPoolInstance(ctx, b.client, s, func(gm *infrav1.GoofyMachine) {
+		gm.Spec.ProviderID = vm.ProviderID
+		gm.Spec.Backend = infrav1.GoofyMachineBackend{Azure: &infrav1.AzureMachineBackend{}}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the instance of VM %s of GoofyMachinePool %s: %w", vm.ProviderID, klogRef(s.pool), err)
 	}
-	for attempt := 0; ; attempt++ {
-		gm := &infrav1.GoofyMachine{
-			ObjectMeta: metav1.ObjectMeta{
-				Namespace: pool.Namespace, Name: prefix + "-" + utilrand.String(5),
-				Labels: map[string]string{}, Annotations: map[string]string{},
-				OwnerReferences: []metav1.OwnerReference{{
-					APIVersion: infrav1.GroupVersion.String(), Kind: "GoofyMachinePool", Name: pool.Name, UID: pool.UID,
-				}},
-			},
-			Spec: infrav1.GoofyMachineSpec{
-				ProviderID: vm.ProviderID,
-				Backend:    infrav1.GoofyMachineBackend{Azure: &infrav1.AzureMachineBackend{}},
-			},
-		}
-		tmpl := pool.Spec.Template
-		for k, v := range tmpl.ObjectMeta.Labels {
-			gm.Labels[k] = v
-		}
-		for k, v := range tmpl.ObjectMeta.Annotations {
-			gm.Annotations[k] = v
-		}
-		if v, ok := pool.Labels[clusterv1.WatchLabel]; ok {
-			gm.Labels[clusterv1.WatchLabel] = v
-		}
-		gm.Labels[clusterv1.ClusterNameLabel] = s.cluster.Name
-		gm.Labels[clusterv1.MachinePoolNameLabel] = format.MustFormatValue(mp.Name)
-		gm.Labels[infrav1.MachinePoolInstanceLabel] = format.MustFormatValue(pool.Name)
-		gm.Annotations[infrav1.InstanceBootstrapDataAnnotation] = *mp.Spec.Template.Spec.Bootstrap.DataSecretName
-		if v := mp.Spec.Template.Spec.Version; v != "" {
-			gm.Annotations[infrav1.InstanceKubernetesVersionAnnotation] = v
-		}
-		if len(tmpl.Spec.Capacity) > 0 {
-			gm.Spec.Capacity = tmpl.Spec.Capacity.DeepCopy()
-		}
-		err := b.client.Create(ctx, gm)
-		if apierrors.IsAlreadyExists(err) && attempt < 3 {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("creating the instance of VM %s of GoofyMachinePool %s: %w", vm.ProviderID, klogRef(pool), err)
-		}
-		ctrl.LoggerFrom(ctx).Info("Created a pool instance for a VM of the scale set", "GoofyMachine", klogRef(gm), "providerID", vm.ProviderID)
-		return gm, nil
-	}
+	ctrl.LoggerFrom(ctx).Info("Created a pool instance for a VM of the scale set", "GoofyMachine", klogRef(gm), "providerID", vm.ProviderID)
+	return gm, nil
 }
 
 // reportScaleSetReplicas compares the MachinePool's replicas with the scale set's capacity (its
