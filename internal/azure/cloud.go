@@ -123,6 +123,8 @@ type (
 		Get(ctx context.Context, resourceGroupName, nicName string, options *armnetwork.InterfacesClientGetOptions) (armnetwork.InterfacesClientGetResponse, error)
 		GetVirtualMachineScaleSetNetworkInterface(ctx context.Context, resourceGroupName, scaleSetName, instanceID, nicName string, options *armnetwork.InterfacesClientGetVirtualMachineScaleSetNetworkInterfaceOptions) (armnetwork.InterfacesClientGetVirtualMachineScaleSetNetworkInterfaceResponse, error)
 		NewListVirtualMachineScaleSetVMNetworkInterfacesPager(resourceGroupName, scaleSetName, instanceID string, options *armnetwork.InterfacesClientListVirtualMachineScaleSetVMNetworkInterfacesOptions) *runtime.Pager[armnetwork.InterfacesClientListVirtualMachineScaleSetVMNetworkInterfacesResponse]
+		NewListVirtualMachineScaleSetNetworkInterfacesPager(resourceGroupName, scaleSetName string, options *armnetwork.InterfacesClientListVirtualMachineScaleSetNetworkInterfacesOptions) *runtime.Pager[armnetwork.InterfacesClientListVirtualMachineScaleSetNetworkInterfacesResponse]
+		NewListPager(resourceGroupName string, options *armnetwork.InterfacesClientListOptions) *runtime.Pager[armnetwork.InterfacesClientListResponse]
 	}
 	loadBalancerLister interface {
 		NewListPager(resourceGroupName string, options *armnetwork.LoadBalancersClientListOptions) *runtime.Pager[armnetwork.LoadBalancersClientListResponse]

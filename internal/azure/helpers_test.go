@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
 	azfake "github.com/Azure/azure-sdk-for-go/sdk/azcore/fake"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
 	computefake "github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7/fake"
@@ -46,14 +49,18 @@ type routeTransport struct {
 
 	mu    sync.Mutex
 	hosts map[string]bool
+	calls map[string]int // requests (pages included) by SDK method, e.g. "InterfacesClient.Get"
 }
 
 func (t *routeTransport) Do(req *http.Request) (*http.Response, error) {
 	t.mu.Lock()
 	if t.hosts == nil {
-		t.hosts = map[string]bool{}
+		t.hosts, t.calls = map[string]bool{}, map[string]int{}
 	}
 	t.hosts[req.URL.Host] = true
+	if method, ok := req.Context().Value(runtime.CtxAPINameKey{}).(string); ok {
+		t.calls[method]++
+	}
 	t.mu.Unlock()
 	// Like a real transport, refuse a request whose context has ended. The SDK fakes must not see
 	// a context that ends while they answer: their dispatch goroutine then may send on a closed
@@ -76,6 +83,27 @@ func (t *routeTransport) seenHosts() []string {
 	var out []string
 	for h := range t.hosts {
 		out = append(out, h)
+	}
+	return out
+}
+
+// requests returns the requests each SDK method sent since the last call (methods without any
+// left out), and starts counting again.
+func (t *routeTransport) requests() map[string]int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := maps.Clone(t.calls)
+	clear(t.calls)
+	return out
+}
+
+// nicRequests keeps the network-interface methods of calls.
+func nicRequests(calls map[string]int) map[string]int {
+	out := map[string]int{}
+	for m, n := range calls {
+		if strings.HasPrefix(m, "InterfacesClient.") {
+			out[m] = n
+		}
 	}
 	return out
 }
@@ -274,9 +302,50 @@ func (f *fakeAzure) serveScaleSets(sets ...*armcompute.VirtualMachineScaleSet) {
 	}
 }
 
-// serveNICs answers NIC reads (standalone and scale-set) from a map keyed by NIC name; absent
-// names answer 404.
+// nicPageSize is how many NICs the fakes' NIC listings put on one page.
+const nicPageSize = 20
+
+// serveNICs answers NIC reads (standalone and scale-set) from a map keyed by NIC name (scale-set
+// NICs by "<set>/<instance ID>/<name>"); absent names answer 404. It also answers the listings of a
+// resource group's NICs (the entries whose ID is in that group) and of a scale set's NICs (its
+// entries, with the ID and properties.virtualMachine.id ARM gives them), nicPageSize to a page.
 func (f *fakeAzure) serveNICs(nics map[string]armnetwork.Interface) {
+	f.network.InterfacesServer.NewListPager = func(rg string, _ *armnetwork.InterfacesClientListOptions) (resp azfake.PagerResponder[armnetwork.InterfacesClientListResponse]) {
+		var list []*armnetwork.Interface
+		for _, key := range slices.Sorted(maps.Keys(nics)) {
+			n := nics[key]
+			id, err := arm.ParseResourceID(deref(n.ID))
+			if strings.Contains(key, "/") || err != nil || !strings.EqualFold(id.ResourceGroupName, rg) {
+				continue
+			}
+			list = append(list, &n)
+		}
+		addNICPages(&resp, list, func(r armnetwork.InterfaceListResult) armnetwork.InterfacesClientListResponse {
+			return armnetwork.InterfacesClientListResponse{InterfaceListResult: r}
+		})
+		return resp
+	}
+	f.network.InterfacesServer.NewListVirtualMachineScaleSetNetworkInterfacesPager = func(rg, ss string, _ *armnetwork.InterfacesClientListVirtualMachineScaleSetNetworkInterfacesOptions) (resp azfake.PagerResponder[armnetwork.InterfacesClientListVirtualMachineScaleSetNetworkInterfacesResponse]) {
+		var list []*armnetwork.Interface
+		for _, key := range slices.Sorted(maps.Keys(nics)) {
+			parts := strings.Split(key, "/")
+			if len(parts) != 3 || parts[0] != ss {
+				continue
+			}
+			n := nics[key]
+			props := armnetwork.InterfacePropertiesFormat{}
+			if n.Properties != nil {
+				props = *n.Properties
+			}
+			props.VirtualMachine = &armnetwork.SubResource{ID: to.Ptr(ssVMID(ss, parts[1]))}
+			n.ID, n.Properties = to.Ptr(ssVMID(ss, parts[1])+"/networkInterfaces/"+parts[2]), &props
+			list = append(list, &n)
+		}
+		addNICPages(&resp, list, func(r armnetwork.InterfaceListResult) armnetwork.InterfacesClientListVirtualMachineScaleSetNetworkInterfacesResponse {
+			return armnetwork.InterfacesClientListVirtualMachineScaleSetNetworkInterfacesResponse{InterfaceListResult: r}
+		})
+		return resp
+	}
 	f.network.InterfacesServer.Get = func(_ context.Context, rg, name string, _ *armnetwork.InterfacesClientGetOptions) (resp azfake.Responder[armnetwork.InterfacesClientGetResponse], errResp azfake.ErrorResponder) {
 		n, ok := nics[name]
 		if !ok {
@@ -294,6 +363,16 @@ func (f *fakeAzure) serveNICs(nics map[string]armnetwork.Interface) {
 		}
 		resp.SetResponse(http.StatusOK, armnetwork.InterfacesClientGetVirtualMachineScaleSetNetworkInterfaceResponse{Interface: n}, nil)
 		return
+	}
+}
+
+// addNICPages answers a NIC listing with list, nicPageSize NICs to a page (one empty page for none).
+func addNICPages[T any](resp *azfake.PagerResponder[T], list []*armnetwork.Interface, page func(armnetwork.InterfaceListResult) T) {
+	if len(list) == 0 {
+		resp.AddPage(http.StatusOK, page(armnetwork.InterfaceListResult{}), nil)
+	}
+	for nics := range slices.Chunk(list, nicPageSize) {
+		resp.AddPage(http.StatusOK, page(armnetwork.InterfaceListResult{Value: nics}), nil)
 	}
 }
 

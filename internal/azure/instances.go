@@ -9,15 +9,14 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v7"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v7"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/azure/metadata"
 )
 
-// nicLookups bounds the concurrent network-interface requests of one List.
+// nicLookups bounds the concurrent network-interface reads (listings or single NICs) of one List
+// or ScaleSet.
 const nicLookups = 8
 
 // vmCandidate is a VM whose tags say it belongs to the cluster, before its NIC is read.
@@ -45,7 +44,8 @@ type vmFields struct {
 // uniform scale-set VMs in the resource group whose UID tag carries the cluster UID. A VM that is
 // tagged for the cluster but cannot be described (no ID, no role, no NIC, no private IP, NIC
 // already deleted during scale-in) is skipped and the reason logged. ARM errors fail the call.
-// The result is sorted by name, then provider ID.
+// The NICs are read with one listing per uniform scale set and per resource group of NICs (see
+// describeAll). The result is sorted by name, then provider ID.
 func (c *Cloud) List(ctx context.Context) ([]metadata.InstanceMetadata, error) {
 	candidates, err := c.standaloneCandidates(ctx)
 	if err != nil {
@@ -57,35 +57,6 @@ func (c *Cloud) List(ctx context.Context) ([]metadata.InstanceMetadata, error) {
 	}
 	candidates = append(candidates, more...)
 	return c.describeAll(ctx, candidates)
-}
-
-// describeAll reads the candidates' NICs and returns the instances that have a private IP, sorted
-// by name, then provider ID.
-func (c *Cloud) describeAll(ctx context.Context, candidates []vmCandidate) ([]metadata.InstanceMetadata, error) {
-	// One NIC request per VM; run a few at once so large clusters list in reasonable time.
-	results := make([]*metadata.InstanceMetadata, len(candidates))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(nicLookups)
-	for i := range candidates {
-		g.Go(func() error {
-			meta, err := c.withAddresses(gctx, candidates[i])
-			results[i] = meta
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	out := make([]metadata.InstanceMetadata, 0, len(results))
-	for _, m := range results {
-		if m != nil {
-			out = append(out, *m)
-		}
-	}
-	slices.SortFunc(out, func(a, b metadata.InstanceMetadata) int {
-		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ProviderID, b.ProviderID))
-	})
-	return out, nil
 }
 
 // standaloneCandidates lists the resource group's VMs (all pages).
@@ -292,84 +263,6 @@ func primaryNICRef(np *armcompute.NetworkProfile) *armcompute.NetworkInterfaceRe
 		}
 	}
 	return first
-}
-
-// withAddresses reads the candidate's primary NIC and fills in its IPs. It returns nil (and logs)
-// when the VM must be skipped.
-func (c *Cloud) withAddresses(ctx context.Context, cand vmCandidate) (*metadata.InstanceMetadata, error) {
-	nic, err := c.primaryInterface(ctx, cand)
-	if isNotFound(err) {
-		// The VM is being deleted (scale-in) and its NIC is already gone.
-		c.log.Info("skipping VM whose network interface is gone (being deleted?)", "id", cand.resourceID, "error", err)
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("azure: reading the network interface of %s: %w", cand.resourceID, err)
-	}
-	if nic == nil {
-		c.log.Warn("skipping VM without a network interface", "id", cand.resourceID)
-		return nil, nil
-	}
-	primary, others := splitIPConfigurations(nic)
-	if primary == "" {
-		c.log.Warn("skipping VM whose primary network interface has no primary private IP", "id", cand.resourceID, "nic", deref(nic.ID))
-		return nil, nil
-	}
-	meta := cand.meta
-	meta.VPCIP = primary
-	meta.AliasIPRanges = hostPrefixes(others)
-	return &meta, nil
-}
-
-// primaryInterface fetches the candidate's primary NIC. Standalone VMs' NICs are top-level
-// resources (possibly in another resource group); uniform scale-set VMs' NICs live under the
-// scale set and are read through the scale-set NIC API.
-func (c *Cloud) primaryInterface(ctx context.Context, cand vmCandidate) (*armnetwork.Interface, error) {
-	if cand.scaleSet == "" {
-		id, err := arm.ParseResourceID(*cand.primaryNIC.ID)
-		if err != nil {
-			return nil, fmt.Errorf("bad network interface ID %q: %w", *cand.primaryNIC.ID, err)
-		}
-		resp, err := c.interfaces.Get(ctx, id.ResourceGroupName, id.Name, nil)
-		if err != nil {
-			return nil, err
-		}
-		return &resp.Interface, nil
-	}
-	if cand.primaryNIC != nil {
-		id, err := arm.ParseResourceID(*cand.primaryNIC.ID)
-		if err != nil {
-			return nil, fmt.Errorf("bad network interface ID %q: %w", *cand.primaryNIC.ID, err)
-		}
-		resp, err := c.interfaces.GetVirtualMachineScaleSetNetworkInterface(ctx, c.resourceGroup, cand.scaleSet, cand.instanceID, id.Name, nil)
-		if err != nil {
-			return nil, err
-		}
-		return &resp.Interface, nil
-	}
-	// The scale-set VM did not name its NICs: list them and take the primary one.
-	var nics []*armnetwork.Interface
-	pager := c.interfaces.NewListVirtualMachineScaleSetVMNetworkInterfacesPager(c.resourceGroup, cand.scaleSet, cand.instanceID, nil)
-	for pager.More() {
-		page, err := pager.NextPage(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, nic := range page.Value {
-			if nic != nil {
-				nics = append(nics, nic)
-			}
-		}
-	}
-	for _, nic := range nics {
-		if nic.Properties != nil && nic.Properties.Primary != nil && *nic.Properties.Primary {
-			return nic, nil
-		}
-	}
-	if len(nics) > 0 {
-		return nics[0], nil
-	}
-	return nil, nil
 }
 
 // splitIPConfigurations returns the private IP of the NIC's primary IP configuration (or of its

@@ -87,19 +87,17 @@ func clusterFakes() *fakeAzure {
 		"workers/1/workers-nic": nic("w1", "10.1.0.5"),
 		"flex/0/flex-nic":       nic("f0", "10.1.9.9"),
 		"others/0/others-nic":   nic("o0", "10.1.8.8"),
+		// workers/2 names no NIC: of its two, the one marked primary is taken.
+		"workers/2/w2a": primaryNIC(nic("w2a", "10.1.0.6"), true),
+		"workers/2/w2b": primaryNIC(nic("w2b", "10.2.0.9"), false),
 	})
-	f.network.InterfacesServer.NewListVirtualMachineScaleSetVMNetworkInterfacesPager = func(rg, ss, instance string, _ *armnetwork.InterfacesClientListVirtualMachineScaleSetVMNetworkInterfacesOptions) (resp azfake.PagerResponder[armnetwork.InterfacesClientListVirtualMachineScaleSetVMNetworkInterfacesResponse]) {
-		secondary := nic("w2b", "10.2.0.9")
-		secondary.Properties.Primary = to.Ptr(false)
-		primary := nic("w2a", "10.1.0.6")
-		primary.Properties.Primary = to.Ptr(true)
-		resp.AddPage(http.StatusOK, armnetwork.InterfacesClientListVirtualMachineScaleSetVMNetworkInterfacesResponse{
-			InterfaceListResult: armnetwork.InterfaceListResult{Value: []*armnetwork.Interface{&secondary}}}, nil)
-		resp.AddPage(http.StatusOK, armnetwork.InterfacesClientListVirtualMachineScaleSetVMNetworkInterfacesResponse{
-			InterfaceListResult: armnetwork.InterfaceListResult{Value: []*armnetwork.Interface{&primary}}}, nil)
-		return resp
-	}
 	return f
+}
+
+// primaryNIC marks a NIC primary or not, as ARM does on a VM with several.
+func primaryNIC(n armnetwork.Interface, primary bool) armnetwork.Interface {
+	n.Properties.Primary = to.Ptr(primary)
+	return n
 }
 
 var wantCluster = []metadata.InstanceMetadata{
@@ -119,11 +117,19 @@ func TestListFindsTheClusterInstances(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(got).To(Equal(wantCluster))
 	g.Expect(env.route.seenHosts()).To(ConsistOf("management.azure.com"), "the public cloud by default")
+	// One NIC listing per uniform scale set and per resource group of NICs, not a request per VM.
+	wantNICRequests := map[string]int{
+		"InterfacesClient.NewListPager":                                        1, // cp-0 and flex-0
+		"InterfacesClient.NewListVirtualMachineScaleSetNetworkInterfacesPager": 1, // workers 0-2
+		"InterfacesClient.Get":                                                 1, // cp-1's NIC, alone in Net-RG
+	}
+	g.Expect(nicRequests(env.route.requests())).To(Equal(wantNICRequests))
 
 	// A second List reads everything again (the fakes hand out fresh pagers).
 	again, err := env.cloud.List(context.Background())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(again).To(Equal(wantCluster))
+	g.Expect(nicRequests(env.route.requests())).To(Equal(wantNICRequests))
 }
 
 func TestListWithCustomTagKeysAndOtherCasing(t *testing.T) {
@@ -249,11 +255,18 @@ func TestListFailsOnARMErrors(t *testing.T) {
 			}
 		}, want: "reading the network interface of /subscriptions/", status: 403},
 		"scale-set NIC list fails": {mutate: func(f *fakeAzure) {
-			f.network.InterfacesServer.NewListVirtualMachineScaleSetVMNetworkInterfacesPager = func(string, string, string, *armnetwork.InterfacesClientListVirtualMachineScaleSetVMNetworkInterfacesOptions) (resp azfake.PagerResponder[armnetwork.InterfacesClientListVirtualMachineScaleSetVMNetworkInterfacesResponse]) {
+			f.network.InterfacesServer.NewListVirtualMachineScaleSetNetworkInterfacesPager = func(string, string, *armnetwork.InterfacesClientListVirtualMachineScaleSetNetworkInterfacesOptions) (resp azfake.PagerResponder[armnetwork.InterfacesClientListVirtualMachineScaleSetNetworkInterfacesResponse]) {
 				resp.AddResponseError(http.StatusUnauthorized, "InvalidAuthenticationToken")
 				return resp
 			}
-		}, want: "InvalidAuthenticationToken", status: 401},
+		}, want: "listing the network interfaces of scale set workers", status: 401},
+		"resource group's NIC list fails on page two": {mutate: func(f *fakeAzure) {
+			f.network.InterfacesServer.NewListPager = func(string, *armnetwork.InterfacesClientListOptions) (resp azfake.PagerResponder[armnetwork.InterfacesClientListResponse]) {
+				resp.AddPage(http.StatusOK, armnetwork.InterfacesClientListResponse{}, nil)
+				resp.AddResponseError(http.StatusForbidden, "AuthorizationFailed")
+				return resp
+			}
+		}, want: "listing the network interfaces in resource group " + testRG, status: 403},
 	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)

@@ -66,9 +66,10 @@ type ScaleSet struct {
 
 // ScaleSet finds the scale set sel selects in the resource group and lists its VMs: a uniform set's
 // through the scale-set VM API, a flexible set's from the resource group's VMs whose
-// virtualMachineScaleSet is the set. A scale set that does not exist (or vanishes while being
-// read) is an error wrapping ErrScaleSetNotFound; more than one matching the tags, one wrapping
-// ErrScaleSetAmbiguous. Other ARM errors (after the SDK's retries of 429 and 5xx) fail the call.
+// virtualMachineScaleSet is the set; their NICs come from one listing, the set's NICs (uniform) or
+// the resource group's (flexible), whatever the number of VMs. A scale set that does not exist
+// (or vanishes while being read) is an error wrapping ErrScaleSetNotFound; more than one matching
+// the tags, one wrapping ErrScaleSetAmbiguous. Other ARM errors (after the SDK's retries of 429 and 5xx) fail the call.
 func (c *Cloud) ScaleSet(ctx context.Context, sel ScaleSetSelector) (*ScaleSet, error) {
 	ss, err := c.findScaleSet(ctx, sel)
 	if err != nil {
