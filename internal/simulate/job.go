@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -30,8 +31,11 @@ import (
 // restarts), a replacement waits the pod failure backoff (10 s doubling, at most 10 min);
 // backoffLimit and activeDeadlineSeconds end the Job with FailureTarget then Failed, success
 // with SuccessCriteriaMet then Complete once no pod is left running, as 1.36 reports them;
-// an Indexed Job's successPolicy; startTime, completionTime, ready and terminating counts; and the TTL after finished
-// controller's deletion (ttlSecondsAfterFinished). Pods fail when ExitCodeAnnotation says so.
+// an Indexed Job's successPolicy; podFailurePolicy (FailJob, Ignore, Count, FailIndex by exit
+// codes or pod conditions, on pods once Failed); an Indexed Job's backoffLimitPerIndex and
+// maxFailedIndexes (the job-index-failure-count annotations, status.failedIndexes); startTime,
+// completionTime, ready and terminating counts; and the TTL after finished controller's
+// deletion (ttlSecondsAfterFinished). Pods fail when ExitCodeAnnotation says so.
 type jobController struct {
 	c   *cluster
 	idx int
@@ -96,10 +100,32 @@ func isPodFailed(p *corev1.Pod, job *batchv1.Job) bool {
 	if p.Status.Phase == corev1.PodFailed {
 		return true
 	}
-	if ptr.Deref(job.Spec.PodReplacementPolicy, batchv1.TerminatingOrFailed) == batchv1.Failed {
+	if onlyReplaceFailedPods(job) {
 		return false
 	}
 	return p.DeletionTimestamp != nil && p.Status.Phase != corev1.PodSucceeded
+}
+
+// onlyReplaceFailedPods: podReplacementPolicy Failed, which is also what a podFailurePolicy
+// implies (the API server's default), so that the policy sees the pod's final state.
+func onlyReplaceFailedPods(job *batchv1.Job) bool {
+	return job.Spec.PodFailurePolicy != nil || ptr.Deref(job.Spec.PodReplacementPolicy, batchv1.TerminatingOrFailed) == batchv1.Failed
+}
+
+// hasBackoffLimitPerIndex: an Indexed Job that counts failures per index.
+func hasBackoffLimitPerIndex(job *batchv1.Job) bool {
+	return isIndexedJob(job) && job.Spec.BackoffLimitPerIndex != nil
+}
+
+// jobPods is what one sync found of a Job's pods.
+type jobPods struct {
+	all, active, terminating, succeeded, failed []*corev1.Pod
+	// succeededIndexes and failedIndexes: those of status.completedIndexes and
+	// status.failedIndexes and those of the pods finished since.
+	succeededIndexes, failedIndexes map[int]bool
+	// awaiting: with backoffLimitPerIndex, per index to replace, the failed pod whose failure
+	// count its replacement inherits; it keeps its finalizer until the replacement exists.
+	awaiting map[int]*corev1.Pod
 }
 
 func (j *jobController) sync(ctx context.Context, key string) error {
@@ -120,35 +146,49 @@ func (j *jobController) sync(ctx context.Context, key string) error {
 	for _, uid := range unc.Failed {
 		uncounted[uid] = true
 	}
-	indexed := isIndexedJob(job)
+	indexed, perIndex := isIndexedJob(job), hasBackoffLimitPerIndex(job)
 	completions := job.Spec.Completions
-	var active, succeededPods, failedPods, tracked []*corev1.Pod
-	var ready, terminating int32
-	var restarts int32
-	succeededIndexes := map[int]bool{}
+	policy := job.Spec.PodFailurePolicy
+	// What an earlier sync decided: once the Job fails every pod left counts as failed, and
+	// once it ends either way no pod keeps its finalizer.
+	failing := jobCondition(job, batchv1.JobFailureTarget) != nil
+	ended := failing || jobCondition(job, batchv1.JobSuccessCriteriaMet) != nil
+	s := jobPods{succeededIndexes: map[int]bool{}, failedIndexes: map[int]bool{}}
 	if indexed {
 		for _, ix := range parseIndexes(st.CompletedIndexes, ptr.Deref(completions, 0)) {
-			succeededIndexes[ix] = true
+			s.succeededIndexes[ix] = true
 		}
 	}
+	if perIndex {
+		for _, ix := range parseIndexes(ptr.Deref(st.FailedIndexes, ""), ptr.Deref(completions, 0)) {
+			s.failedIndexes[ix] = true
+		}
+	}
+	var ready, terminating, restarts int32
 	present := map[types.UID]bool{}
 	for _, obj := range j.c.cache.owned(podsGR, job.UID) {
 		p := obj.(*corev1.Pod)
+		s.all = append(s.all, p)
 		finalizer := hasString(p.Finalizers, batchv1.JobTrackingFinalizer)
 		present[p.UID] = finalizer
+		ix, valid := completionIndex(p, completions)
 		switch {
 		case p.Status.Phase == corev1.PodSucceeded:
-			succeededPods = append(succeededPods, p)
-			if ix, ok := completionIndex(p, completions); indexed && ok {
-				succeededIndexes[ix] = true
+			s.succeeded = append(s.succeeded, p)
+			if indexed && valid {
+				s.succeededIndexes[ix] = true
 			}
 		case isPodFailed(p, job):
-			failedPods = append(failedPods, p)
+			s.failed = append(s.failed, p)
+			if perIndex && valid && finalizer && isIndexFailed(job, p) {
+				s.failedIndexes[ix] = true
+			}
 		}
 		if p.DeletionTimestamp != nil && !isTerminal(p) {
 			terminating++
+			s.terminating = append(s.terminating, p)
 		} else if !isTerminal(p) {
-			active = append(active, p)
+			s.active = append(s.active, p)
 			if isReady(p) {
 				ready++
 			}
@@ -156,24 +196,50 @@ func (j *jobController) sync(ctx context.Context, key string) error {
 				restarts += cs.RestartCount
 			}
 		}
-		if finalizer && (p.Status.Phase == corev1.PodSucceeded || isPodFailed(p, job)) {
-			tracked = append(tracked, p)
-			if !uncounted[p.UID] {
-				// Newly finished: recorded as uncounted before its finalizer goes.
-				uncounted[p.UID] = true
-				if p.Status.Phase == corev1.PodSucceeded {
-					unc.Succeeded = append(unc.Succeeded, p.UID)
-				} else {
-					unc.Failed = append(unc.Failed, p.UID)
-				}
+	}
+	if perIndex && !ended {
+		s.awaiting = podsAwaitingReplacement(job, &s)
+	}
+	// The finished pods whose finalizers go, recorded as uncounted first (unless the policy
+	// ignores the failure), so that none is counted twice or lost.
+	var tracked []*corev1.Pod
+	var awaitingFailures int32
+	for _, p := range s.all {
+		finished := p.Status.Phase == corev1.PodSucceeded || isPodFailed(p, job)
+		if !present[p.UID] || !finished && !ended {
+			continue
+		}
+		if ix, ok := completionIndex(p, completions); ok && s.awaiting[ix] == p {
+			if failureCounts(policy, p) {
+				awaitingFailures++ // against backoffLimit already, in status.failed once replaced
 			}
+			continue
+		}
+		tracked = append(tracked, p)
+		if uncounted[p.UID] {
+			continue
+		}
+		switch {
+		case p.Status.Phase == corev1.PodSucceeded:
+			uncounted[p.UID] = true
+			unc.Succeeded = append(unc.Succeeded, p.UID)
+		case (finished || failing) && failureCounts(policy, p):
+			uncounted[p.UID] = true
+			unc.Failed = append(unc.Failed, p.UID)
 		}
 	}
 	if st.StartTime == nil && !ptr.Deref(job.Spec.Suspend, false) {
 		st.StartTime = &now
 	}
-	// Record the uncounted pods before their finalizers go, so that none is counted twice or lost.
-	if len(tracked) > 0 && !apiequality.Semantic.DeepEqual(unc, job.Status.UncountedTerminatedPods) {
+	if indexed {
+		st.Succeeded = int32(len(s.succeededIndexes))
+		st.CompletedIndexes = formatIndexes(s.succeededIndexes)
+	}
+	if perIndex {
+		st.FailedIndexes = ptr.To(formatIndexes(s.failedIndexes))
+	}
+	if len(tracked) > 0 && (!apiequality.Semantic.DeepEqual(unc, job.Status.UncountedTerminatedPods) ||
+		st.CompletedIndexes != job.Status.CompletedIndexes || !ptr.Equal(st.FailedIndexes, job.Status.FailedIndexes)) {
 		next := job.DeepCopy()
 		next.Status = *st.DeepCopy()
 		if err := j.c.client.Status().Update(ctx, next); err != nil {
@@ -199,17 +265,15 @@ func (j *jobController) sync(ctx context.Context, key string) error {
 		}
 		return keep
 	}
-	unc.Succeeded = flush(unc.Succeeded, &st.Succeeded)
+	var succeededPods int32
+	unc.Succeeded = flush(unc.Succeeded, &succeededPods)
 	unc.Failed = flush(unc.Failed, &st.Failed)
-	if indexed {
-		st.Succeeded = int32(len(succeededIndexes))
-		st.CompletedIndexes = formatIndexes(succeededIndexes)
-	}
 	succeeded := st.Succeeded
 	if !indexed {
-		succeeded += int32(len(unc.Succeeded))
+		st.Succeeded += succeededPods
+		succeeded = st.Succeeded + int32(len(unc.Succeeded))
 	}
-	failed := st.Failed + int32(len(unc.Failed))
+	failed := st.Failed + int32(len(unc.Failed)) + awaitingFailures
 
 	// Whether and how the Job ends: what an earlier sync decided, then failures, then success.
 	var finished *batchv1.JobCondition
@@ -217,6 +281,8 @@ func (j *jobController) sync(ctx context.Context, key string) error {
 		finished = c
 	} else if c := jobCondition(job, batchv1.JobFailureTarget); c != nil {
 		finished = c
+	} else if msg, ok := failJobMessage(job, s.failed); ok {
+		finished = &batchv1.JobCondition{Type: batchv1.JobFailureTarget, Reason: batchv1.JobReasonPodFailurePolicy, Message: msg}
 	} else if failed > ptr.Deref(job.Spec.BackoffLimit, defaultBackoffLimit) || pastBackoffLimitOnFailure(job, restarts) {
 		finished = &batchv1.JobCondition{Type: batchv1.JobFailureTarget, Reason: batchv1.JobReasonBackoffLimitExceeded, Message: "Job has reached the specified backoff limit"}
 	} else if d := job.Spec.ActiveDeadlineSeconds; d != nil && st.StartTime != nil && !ptr.Deref(job.Spec.Suspend, false) {
@@ -226,8 +292,18 @@ func (j *jobController) sync(ctx context.Context, key string) error {
 			j.c.after(left, j.idx, key)
 		}
 	}
+	if finished == nil && perIndex {
+		failedIndexes := len(s.failedIndexes)
+		switch {
+		case job.Spec.MaxFailedIndexes != nil && failedIndexes > int(*job.Spec.MaxFailedIndexes):
+			finished = &batchv1.JobCondition{Type: batchv1.JobFailureTarget, Reason: batchv1.JobReasonMaxFailedIndexesExceeded,
+				Message: "Job has exceeded the specified maximal number of failed indexes"}
+		case failedIndexes > 0 && failedIndexes+len(s.succeededIndexes) >= int(ptr.Deref(completions, 0)):
+			finished = &batchv1.JobCondition{Type: batchv1.JobFailureTarget, Reason: batchv1.JobReasonFailedIndexes, Message: "Job has failed indexes"}
+		}
+	}
 	if finished == nil && indexed {
-		if msg, ok := matchSuccessPolicy(job.Spec.SuccessPolicy, ptr.Deref(completions, 0), succeededIndexes); ok {
+		if msg, ok := matchSuccessPolicy(job.Spec.SuccessPolicy, ptr.Deref(completions, 0), s.succeededIndexes); ok {
 			finished = &batchv1.JobCondition{Type: batchv1.JobSuccessCriteriaMet, Reason: batchv1.JobReasonSuccessPolicy, Message: msg}
 		}
 	}
@@ -235,34 +311,35 @@ func (j *jobController) sync(ctx context.Context, key string) error {
 		switch {
 		case indexed && completions != nil && succeeded >= *completions:
 			finished = successCondition()
-		case !indexed && len(active) == 0 && (completions == nil && succeeded > 0 || completions != nil && succeeded >= *completions):
+		case !indexed && len(s.active) == 0 && (completions == nil && succeeded > 0 || completions != nil && succeeded >= *completions):
 			finished = successCondition()
 		}
 	}
 	if finished != nil && (finished.Type == batchv1.JobFailureTarget || indexed) {
 		// A failing Job's pods are deleted (as an Indexed Job's left over once every index succeeded).
-		for _, p := range active {
+		for _, p := range s.active {
 			if err := j.c.client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); err != nil && !isGone(err) {
 				return err
 			}
 			terminating++
 		}
-		active = nil
+		s.active = nil
 	}
 	if finished == nil && !ptr.Deref(job.Spec.Suspend, false) {
-		if err := j.manage(ctx, key, job, active, succeeded, succeededIndexes, succeededPods, failedPods); err != nil {
+		if err := j.manage(ctx, key, job, succeeded, &s); err != nil {
 			return err
 		}
 	}
-	st.Active = int32(len(active))
+	st.Active = int32(len(s.active))
 	st.Ready, st.Terminating = &ready, &terminating
 	if finished != nil && jobCondition(job, finished.Type) == nil {
 		c := *finished
 		c.Status, c.LastProbeTime, c.LastTransitionTime = corev1.ConditionTrue, now, now
 		st.Conditions = append(st.Conditions, c)
 	}
-	// The terminal condition once no pod runs and every finished pod is counted.
-	if finished != nil && len(active) == 0 && terminating == 0 && len(unc.Succeeded)+len(unc.Failed) == 0 &&
+	// The terminal condition once no pod runs and every finished pod is counted (a pod awaiting
+	// its replacement is, once the Job has ended, at the next sync).
+	if finished != nil && len(s.active) == 0 && terminating == 0 && len(unc.Succeeded)+len(unc.Failed) == 0 && len(s.awaiting) == 0 &&
 		jobCondition(job, batchv1.JobComplete) == nil && jobCondition(job, batchv1.JobFailed) == nil {
 		typ := batchv1.JobComplete
 		if finished.Type == batchv1.JobFailureTarget {
@@ -347,9 +424,9 @@ func pastBackoffLimitOnFailure(job *batchv1.Job, restarts int32) bool {
 	return restarts >= limit
 }
 
-// manage creates the pods the Job lacks, once the pod failure back-off has passed.
-func (j *jobController) manage(ctx context.Context, key string, job *batchv1.Job, active []*corev1.Pod, succeeded int32,
-	succeededIndexes map[int]bool, succeededPods, failedPods []*corev1.Pod) error {
+// manage creates the pods the Job lacks, once the pod failure back-off has passed (per index
+// with backoffLimitPerIndex).
+func (j *jobController) manage(ctx context.Context, key string, job *batchv1.Job, succeeded int32, s *jobPods) error {
 	want := ptr.Deref(job.Spec.Parallelism, 1)
 	completions := job.Spec.Completions
 	switch {
@@ -358,26 +435,50 @@ func (j *jobController) manage(ctx context.Context, key string, job *batchv1.Job
 	case succeeded > 0:
 		want = 0 // a Job without completions is done once one pod succeeded: no new pods
 	}
-	n := int(want) - len(active)
+	n := int(want) - len(s.active)
+	if onlyReplaceFailedPods(job) {
+		n -= len(s.terminating) // replaced once Failed
+	}
 	if n <= 0 {
 		return nil
 	}
-	if wait := failureBackoff(succeededPods, failedPods, j.c.sim.backoffBase(), maxPodFailureBackoff); wait > 0 {
-		j.c.after(wait, j.idx, key)
-		return nil
+	perIndex := hasBackoffLimitPerIndex(job)
+	if !perIndex {
+		if wait := failureBackoff(s.succeeded, s.failed, j.c.sim.backoffBase()); wait > 0 {
+			j.c.after(wait, j.idx, key)
+			return nil
+		}
 	}
 	var indexes []int
 	if isIndexedJob(job) {
 		busy := map[int]bool{}
-		for _, p := range active {
+		running := s.active
+		if onlyReplaceFailedPods(job) {
+			running = append(running[:len(running):len(running)], s.terminating...)
+		}
+		for _, p := range running {
 			if ix, ok := completionIndex(p, completions); ok {
 				busy[ix] = true
 			}
 		}
-		for ix := 0; ix < int(ptr.Deref(completions, 0)) && len(indexes) < n; ix++ {
-			if !busy[ix] && !succeededIndexes[ix] {
-				indexes = append(indexes, ix)
+		pending := 0
+		var later time.Duration
+		for ix := 0; ix < int(ptr.Deref(completions, 0)) && pending < n; ix++ {
+			if busy[ix] || s.succeededIndexes[ix] || s.failedIndexes[ix] {
+				continue
 			}
+			pending++
+			// Of the first n pending indexes, those whose back-off has passed.
+			if wait := indexBackoff(s.awaiting[ix], j.c.sim.backoffBase()); wait > 0 {
+				if later == 0 || wait < later {
+					later = wait
+				}
+				continue
+			}
+			indexes = append(indexes, ix)
+		}
+		if later > 0 {
+			j.c.after(later, j.idx, key)
 		}
 		n = len(indexes)
 	}
@@ -387,12 +488,184 @@ func (j *jobController) manage(ctx context.Context, key string, job *batchv1.Job
 		pod.Finalizers = append(pod.Finalizers, batchv1.JobTrackingFinalizer)
 		if indexes != nil {
 			indexPod(pod, job.Name, indexes[i])
+			if perIndex {
+				inheritFailureCounts(pod, job, s.awaiting[indexes[i]])
+			}
 		}
 		if err := j.c.client.Create(ctx, pod); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// podFailureAction is what spec.podFailurePolicy makes of a failed pod, as upstream's
+// matchPodFailurePolicy: the action of the first rule that matches ("" when none does), and
+// for FailJob the Job's failure message. onExitCodes matches a terminated container (then an
+// init container) of the named one or any, whose exit code, not 0, is In or NotIn the values;
+// onPodConditions a condition of the pod with one of the types and statuses.
+func podFailureAction(policy *batchv1.PodFailurePolicy, p *corev1.Pod) (batchv1.PodFailurePolicyAction, string) {
+	if policy == nil {
+		return "", ""
+	}
+	for i, rule := range policy.Rules {
+		var msg string
+		if rule.OnExitCodes != nil {
+			cs := matchExitCodes(p.Status.ContainerStatuses, rule.OnExitCodes)
+			if cs == nil {
+				cs = matchExitCodes(p.Status.InitContainerStatuses, rule.OnExitCodes)
+			}
+			if cs == nil {
+				continue
+			}
+			msg = fmt.Sprintf("Container %s for pod %s/%s failed with exit code %v matching %v rule at index %d",
+				cs.Name, p.Namespace, p.Name, cs.State.Terminated.ExitCode, rule.Action, i)
+		} else if rule.OnPodConditions != nil {
+			c := matchPodConditions(p.Status.Conditions, rule.OnPodConditions)
+			if c == nil {
+				continue
+			}
+			msg = fmt.Sprintf("Pod %s/%s has condition %v matching %v rule at index %d", p.Namespace, p.Name, c.Type, rule.Action, i)
+		} else {
+			continue
+		}
+		switch rule.Action {
+		case batchv1.PodFailurePolicyActionFailJob:
+			return rule.Action, msg
+		case batchv1.PodFailurePolicyActionIgnore, batchv1.PodFailurePolicyActionCount, batchv1.PodFailurePolicyActionFailIndex:
+			return rule.Action, ""
+		}
+	}
+	return "", ""
+}
+
+func matchExitCodes(statuses []corev1.ContainerStatus, req *batchv1.PodFailurePolicyOnExitCodesRequirement) *corev1.ContainerStatus {
+	for i := range statuses {
+		cs := &statuses[i]
+		if cs.State.Terminated == nil || req.ContainerName != nil && *req.ContainerName != cs.Name {
+			continue
+		}
+		code := cs.State.Terminated.ExitCode
+		if code == 0 {
+			continue
+		}
+		in := false
+		for _, v := range req.Values {
+			in = in || v == code
+		}
+		if req.Operator == batchv1.PodFailurePolicyOnExitCodesOpIn && in || req.Operator == batchv1.PodFailurePolicyOnExitCodesOpNotIn && !in {
+			return cs
+		}
+	}
+	return nil
+}
+
+// matchPodConditions: a pattern without status means True, the API server's default.
+func matchPodConditions(conds []corev1.PodCondition, patterns []batchv1.PodFailurePolicyOnPodConditionsPattern) *corev1.PodCondition {
+	for i := range conds {
+		for _, pat := range patterns {
+			if status := cmp.Or(pat.Status, corev1.ConditionTrue); conds[i].Type == pat.Type && conds[i].Status == status {
+				return &conds[i]
+			}
+		}
+	}
+	return nil
+}
+
+// failureCounts: a failed pod counts against backoffLimit (and backoffLimitPerIndex) unless a
+// rule Ignores it.
+func failureCounts(policy *batchv1.PodFailurePolicy, p *corev1.Pod) bool {
+	action, _ := podFailureAction(policy, p)
+	return action != batchv1.PodFailurePolicyActionIgnore
+}
+
+// failJobMessage is the message of the first failed pod a FailJob rule matches.
+func failJobMessage(job *batchv1.Job, failed []*corev1.Pod) (string, bool) {
+	for _, p := range failed {
+		if action, msg := podFailureAction(job.Spec.PodFailurePolicy, p); action == batchv1.PodFailurePolicyActionFailJob {
+			return msg, true
+		}
+	}
+	return "", false
+}
+
+// isIndexFailed: the failed pod ends its index, by a FailIndex rule or, when its failure
+// counts, as the failure past backoffLimitPerIndex (the count its annotation carries).
+func isIndexFailed(job *batchv1.Job, p *corev1.Pod) bool {
+	action, _ := podFailureAction(job.Spec.PodFailurePolicy, p)
+	if action == batchv1.PodFailurePolicyActionFailIndex {
+		return true
+	}
+	count, _ := indexFailureCounts(p)
+	return action != batchv1.PodFailurePolicyActionIgnore && count >= ptr.Deref(job.Spec.BackoffLimitPerIndex, 0)
+}
+
+// indexFailureCounts reads a pod's job-index-failure-count and job-index-ignored-failure-count
+// annotations (0 when absent or not a count).
+func indexFailureCounts(p *corev1.Pod) (counted, ignored int32) {
+	read := func(key string) int32 {
+		n, err := strconv.ParseInt(p.Annotations[key], 10, 32)
+		if err != nil || n < 0 {
+			return 0
+		}
+		return int32(n)
+	}
+	return read(batchv1.JobIndexFailureCountAnnotation), read(batchv1.JobIndexIgnoredFailureCountAnnotation)
+}
+
+// inheritFailureCounts sets the failure count annotations of an index's new pod: 0, or those
+// of the failed pod it replaces plus that pod's failure (counted or ignored).
+func inheritFailureCounts(pod *corev1.Pod, job *batchv1.Job, replaced *corev1.Pod) {
+	var counted, ignored int32
+	if replaced != nil {
+		counted, ignored = indexFailureCounts(replaced)
+		if failureCounts(job.Spec.PodFailurePolicy, replaced) {
+			counted++
+		} else {
+			ignored++
+		}
+	}
+	pod.Annotations[batchv1.JobIndexFailureCountAnnotation] = strconv.Itoa(int(counted))
+	if ignored > 0 {
+		pod.Annotations[batchv1.JobIndexIgnoredFailureCountAnnotation] = strconv.Itoa(int(ignored))
+	}
+}
+
+// podsAwaitingReplacement is upstream's getPodsWithDelayedDeletionPerIndex: per index neither
+// succeeded, failed nor running, its uncounted failed pod of the highest failure count and the
+// latest end.
+func podsAwaitingReplacement(job *batchv1.Job, s *jobPods) map[int]*corev1.Pod {
+	running := map[int]bool{}
+	for _, p := range s.active {
+		if ix, ok := completionIndex(p, job.Spec.Completions); ok {
+			running[ix] = true
+		}
+	}
+	out := map[int]*corev1.Pod{}
+	for _, p := range s.failed {
+		ix, ok := completionIndex(p, job.Spec.Completions)
+		if !ok || running[ix] || s.succeededIndexes[ix] || s.failedIndexes[ix] || !hasString(p.Finalizers, batchv1.JobTrackingFinalizer) {
+			continue
+		}
+		if last := out[ix]; last == nil || absoluteFailureCount(last) <= absoluteFailureCount(p) && !podFinishedAt(p).Before(podFinishedAt(last)) {
+			out[ix] = p
+		}
+	}
+	return out
+}
+
+func absoluteFailureCount(p *corev1.Pod) int32 {
+	counted, ignored := indexFailureCounts(p)
+	return counted + ignored
+}
+
+// indexBackoff is how long an index still waits before its replacement pod: the pod failure
+// back-off for the failures its last failed pod carries, plus that one, from that failure.
+func indexBackoff(last *corev1.Pod, base time.Duration) time.Duration {
+	if last == nil {
+		return 0
+	}
+	return time.Until(podFinishedAt(last).Add(backoffDelay(base, int(absoluteFailureCount(last))+1)))
 }
 
 // indexPod makes pod the one of a completion index, as upstream: the index annotation and
@@ -449,9 +722,9 @@ func completionIndex(p *corev1.Pod, completions *int32) (int, bool) {
 	return ix, err == nil && ix >= 0 && ix < int(ptr.Deref(completions, 0))
 }
 
-// failureBackoff is how long the Job controller still waits before it creates a pod: base
-// doubled for each failure since the last success (at most maxDelay), from the last failure.
-func failureBackoff(succeededPods, failedPods []*corev1.Pod, base, maxDelay time.Duration) time.Duration {
+// failureBackoff is how long the Job controller still waits before it creates a pod: the
+// back-off for the failures since the last success, from the last failure.
+func failureBackoff(succeededPods, failedPods []*corev1.Pod, base time.Duration) time.Duration {
 	var lastSuccess time.Time
 	for _, p := range succeededPods {
 		if t := podFinishedAt(p); t.After(lastSuccess) {
@@ -473,15 +746,22 @@ func failureBackoff(succeededPods, failedPods []*corev1.Pod, base, maxDelay time
 	if failures == 0 {
 		return 0
 	}
+	return time.Until(lastFailure.Add(backoffDelay(base, failures)))
+}
+
+// backoffDelay is the Job controller's delay after failures failures: base doubled for each
+// failure after the first, at most maxPodFailureBackoff.
+func backoffDelay(base time.Duration, failures int) time.Duration {
 	delay := base
-	for i := 1; i < failures && delay < maxDelay; i++ {
+	for i := 1; i < failures && delay < maxPodFailureBackoff; i++ {
 		delay *= 2
 	}
-	return time.Until(lastFailure.Add(min(delay, maxDelay)))
+	return min(delay, maxPodFailureBackoff)
 }
 
 // podFinishedAt is when a finished pod's containers ended, as upstream reads it: their
-// finishedAt, else the Ready condition's turn to False, else the deletion time, else creation.
+// finishedAt, else the Ready condition's turn to False, else when it was deleted (the
+// deletionTimestamp less the grace period), else creation.
 func podFinishedAt(p *corev1.Pod) time.Time {
 	var last time.Time
 	all := len(p.Status.ContainerStatuses) > 0
@@ -501,7 +781,7 @@ func podFinishedAt(p *corev1.Pod) time.Time {
 		return c.LastTransitionTime.Time
 	}
 	if p.DeletionTimestamp != nil {
-		return p.DeletionTimestamp.Time
+		return p.DeletionTimestamp.Add(-time.Duration(ptr.Deref(p.DeletionGracePeriodSeconds, 0)) * time.Second)
 	}
 	return p.CreationTimestamp.Time
 }

@@ -3,6 +3,7 @@ package simulate_test
 import (
 	"context"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,9 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
 )
@@ -193,4 +196,181 @@ func TestIndexedJobSuccessPolicy(t *testing.T) {
 	g.Expect(job.Status.CompletedIndexes).To(Equal("0,1"))
 	g.Expect(job.Status.Succeeded).To(BeEquivalentTo(2))
 	g.Expect(job.Status.CompletionTime).NotTo(BeNil())
+}
+
+// TestJobPodFailurePolicyFailJob: podFailurePolicy's rules apply in order: exit code 42 passes
+// the Count rule for 1 and matches the FailJob rule for the task container, so the Job fails
+// at its first failed pod (backoffLimit 6) with reason PodFailurePolicy and upstream's message;
+// exit code 1 matches the Count rule and counts against backoffLimit as without a policy.
+func TestJobPodFailurePolicyFailJob(t *testing.T) {
+	g := NewWithT(t)
+	e := newWorkerEnv(t)
+	policy := "  podFailurePolicy:\n    rules:\n    - action: Count\n      onExitCodes: {operator: In, values: [1]}\n" +
+		"    - action: FailJob\n      onExitCodes: {containerName: task, operator: NotIn, values: [0, 1]}\n"
+	job := runJob(e, "fatal", "  backoffLimit: 6\n"+policy, "Never", "42", "failed")
+	pods := jobPods(g, e, "fatal")
+	g.Expect(pods).To(HaveLen(1), "FailJob: no pod replaces the failed one")
+	g.Expect(conditionTypes(job)).To(Equal([]batchv1.JobConditionType{batchv1.JobFailureTarget, batchv1.JobFailed}))
+	for _, c := range job.Status.Conditions {
+		g.Expect(c.Reason).To(Equal(batchv1.JobReasonPodFailurePolicy))
+		g.Expect(c.Message).To(Equal("Container task for pod default/" + pods[0].Name + " failed with exit code 42 matching FailJob rule at index 1"))
+	}
+	g.Expect(job.Status.Failed).To(BeEquivalentTo(1))
+	g.Expect(job.Status.Active).To(BeZero())
+
+	job = runJob(e, "counted", "  backoffLimit: 0\n"+policy, "Never", "1", "failed")
+	g.Expect(job.Status.Conditions[len(job.Status.Conditions)-1].Reason).To(Equal(batchv1.JobReasonBackoffLimitExceeded))
+	g.Expect(job.Status.Failed).To(BeEquivalentTo(1))
+}
+
+// TestJobPodFailurePolicyIgnoresDisruption: a Job's pod evicted by a NoExecute taint gets the
+// DisruptionTarget condition and, once its kubelet has stopped it, phase Failed (exit code
+// 143), which the Job waits for with a podFailurePolicy; its rule Ignores the failure, so with
+// backoffLimit 0 the Job replaces the pod on the other node and completes with failed 0.
+func TestJobPodFailurePolicyIgnoresDisruption(t *testing.T) {
+	g := NewWithT(t)
+	e := newWorkerEnv(t)
+	e.addNode("worker-1", "10.0.0.21", false)
+	e.sim.SetPodFailureBackoff(200 * time.Millisecond)
+	e.sim.Configure("test", simulate.ClusterOptions{JobRunTime: 2 * time.Second})
+	ctx := context.Background()
+	w, err := e.cs.CoreV1().Pods("default").Watch(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=evicted"})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer w.Stop()
+	e.kubectl(true, "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: evicted\nspec:\n  backoffLimit: 0\n  podFailurePolicy:\n    rules:\n"+
+		"    - action: Ignore\n      onPodConditions: [{type: DisruptionTarget}]\n  template:\n    spec:\n      restartPolicy: Never\n"+
+		"      containers:\n      - name: task\n        image: busybox\n", "apply", "-f", "-")
+
+	var first corev1.Pod
+	g.Eventually(func(g Gomega) {
+		pods := jobPods(g, e, "evicted")
+		g.Expect(pods).NotTo(BeEmpty())
+		g.Expect(pods[0].Status.Phase).To(Equal(corev1.PodRunning))
+		first = pods[0]
+	}, safetyTimeout, poll).Should(Succeed())
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		node, err := e.cs.CoreV1().Nodes().Get(ctx, first.Spec.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: "example.com/drain", Effect: corev1.TaintEffectNoExecute})
+		_, err = e.cs.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+		return err
+	})).To(Succeed())
+	e.kubectl(true, "", "wait", "--for=condition=complete", "job/evicted", "--timeout=60s")
+
+	// The evicted pod's last state, as watchers saw it before it went.
+	var last *corev1.Pod
+	for done := false; !done; {
+		select {
+		case ev := <-w.ResultChan():
+			if p, ok := ev.Object.(*corev1.Pod); ok && p.UID == first.UID {
+				last = p
+				done = ev.Type == watch.Deleted
+			}
+		case <-time.After(safetyTimeout):
+			t.Fatal("the evicted pod was not deleted")
+		}
+	}
+	g.Expect(last.Status.Phase).To(Equal(corev1.PodFailed))
+	g.Expect(last.Status.Conditions).To(ContainElement(And(HaveField("Type", corev1.DisruptionTarget),
+		HaveField("Status", corev1.ConditionTrue), HaveField("Reason", "DeletionByTaintManager"))))
+	g.Expect(last.Status.ContainerStatuses[0].State.Terminated).To(HaveField("ExitCode", BeEquivalentTo(143)))
+
+	job, err := e.cs.BatchV1().Jobs("default").Get(ctx, "evicted", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(job.Status.Failed).To(BeZero(), "the ignored failure is not counted")
+	g.Expect(job.Status.Succeeded).To(BeEquivalentTo(1))
+	g.Expect(conditionTypes(job)).To(Equal([]batchv1.JobConditionType{batchv1.JobSuccessCriteriaMet, batchv1.JobComplete}))
+	pods := jobPods(g, e, "evicted")
+	g.Expect(pods).To(HaveLen(1))
+	g.Expect(pods[0].UID).NotTo(Equal(first.UID))
+	g.Expect(pods[0].Spec.NodeName).NotTo(Equal(first.Spec.NodeName))
+}
+
+// TestIndexedJobBackoffLimitPerIndex: with backoffLimitPerIndex 1 each index may fail once:
+// indexes 1 and 3, whose pods exit 1 every time, fail after their second pod (which carries
+// job-index-failure-count 1 and waits the per-index back-off), the others succeed, and the Job
+// fails with FailedIndexes once every index has finished; status.failedIndexes "1,3".
+func TestIndexedJobBackoffLimitPerIndex(t *testing.T) {
+	g := NewWithT(t)
+	e := newWorkerEnv(t)
+	e.sim.SetPodFailureBackoff(time.Second)
+	e.sim.Configure("test", simulate.ClusterOptions{JobRunTime: time.Second})
+	ctx := context.Background()
+	e.kubectl(true, "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: shards\nspec:\n  completionMode: Indexed\n  completions: 4\n"+
+		"  parallelism: 4\n  backoffLimitPerIndex: 1\n  template:\n    spec:\n      restartPolicy: Never\n"+
+		"      containers:\n      - name: task\n        image: busybox\n", "apply", "-f", "-")
+	// Indexes 1 and 3 fail: each of their pods gets the exit-code annotation while it runs.
+	var job *batchv1.Job
+	g.Eventually(func(g Gomega) {
+		for _, p := range jobPods(g, e, "shards") {
+			ix := p.Annotations[batchv1.JobCompletionIndexAnnotation]
+			if (ix == "1" || ix == "3") && p.Annotations[simulate.ExitCodeAnnotation] == "" {
+				_, err := e.cs.CoreV1().Pods("default").Patch(ctx, p.Name, types.MergePatchType,
+					[]byte(`{"metadata":{"annotations":{"`+simulate.ExitCodeAnnotation+`":"1"}}}`), metav1.PatchOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+			}
+		}
+		var err error
+		job, err = e.cs.BatchV1().Jobs("default").Get(ctx, "shards", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(conditionTypes(job)).To(ContainElement(batchv1.JobFailed))
+	}, safetyTimeout, poll).Should(Succeed())
+
+	g.Expect(conditionTypes(job)).To(Equal([]batchv1.JobConditionType{batchv1.JobFailureTarget, batchv1.JobFailed}))
+	for _, c := range job.Status.Conditions {
+		g.Expect(c.Reason).To(Equal(batchv1.JobReasonFailedIndexes))
+		g.Expect(c.Message).To(Equal("Job has failed indexes"))
+	}
+	g.Expect(job.Status.FailedIndexes).To(HaveValue(Equal("1,3")))
+	g.Expect(job.Status.CompletedIndexes).To(Equal("0,2"))
+	g.Expect(job.Status.Succeeded).To(BeEquivalentTo(2))
+	g.Expect(job.Status.Failed).To(BeEquivalentTo(4))
+	byIndex := map[string][]corev1.Pod{}
+	for _, p := range jobPods(g, e, "shards") {
+		g.Expect(p.Finalizers).NotTo(ContainElement(batchv1.JobTrackingFinalizer), p.Name)
+		ix := p.Annotations[batchv1.JobCompletionIndexAnnotation]
+		byIndex[ix] = append(byIndex[ix], p)
+	}
+	for _, ix := range []string{"0", "2"} {
+		g.Expect(byIndex[ix]).To(HaveLen(1), ix)
+		g.Expect(byIndex[ix][0].Annotations).To(HaveKeyWithValue(batchv1.JobIndexFailureCountAnnotation, "0"))
+	}
+	for _, ix := range []string{"1", "3"} {
+		pods := byIndex[ix]
+		g.Expect(pods).To(HaveLen(2), ix)
+		g.Expect(pods[0].Annotations).To(HaveKeyWithValue(batchv1.JobIndexFailureCountAnnotation, "0"))
+		g.Expect(pods[1].Annotations).To(HaveKeyWithValue(batchv1.JobIndexFailureCountAnnotation, "1"))
+		for _, p := range pods {
+			g.Expect(p.Status.Phase).To(Equal(corev1.PodFailed), p.Name)
+		}
+		// The index's back-off: 1 s after its first failure.
+		failedAt := pods[0].Status.ContainerStatuses[0].State.Terminated.FinishedAt
+		g.Expect(pods[1].CreationTimestamp.Sub(failedAt.Time)).To(BeNumerically(">=", time.Second), ix)
+	}
+}
+
+// TestIndexedJobMaxFailedIndexes: a FailIndex rule fails a pod's index at once, whatever
+// backoffLimitPerIndex allows; past maxFailedIndexes (1) the Job fails with
+// MaxFailedIndexesExceeded, without running the indexes left.
+func TestIndexedJobMaxFailedIndexes(t *testing.T) {
+	g := NewWithT(t)
+	e := newWorkerEnv(t)
+	job := runJob(e, "capped", "  completionMode: Indexed\n  completions: 4\n  parallelism: 1\n  backoffLimitPerIndex: 2\n  maxFailedIndexes: 1\n"+
+		"  podFailurePolicy:\n    rules:\n    - action: FailIndex\n      onExitCodes: {operator: In, values: [42]}\n", "Never", "42", "failed")
+	g.Expect(conditionTypes(job)).To(Equal([]batchv1.JobConditionType{batchv1.JobFailureTarget, batchv1.JobFailed}))
+	for _, c := range job.Status.Conditions {
+		g.Expect(c.Reason).To(Equal(batchv1.JobReasonMaxFailedIndexesExceeded))
+		g.Expect(c.Message).To(Equal("Job has exceeded the specified maximal number of failed indexes"))
+	}
+	g.Expect(job.Status.FailedIndexes).To(HaveValue(Equal("0,1")))
+	g.Expect(job.Status.CompletedIndexes).To(BeEmpty())
+	g.Expect(job.Status.Failed).To(BeEquivalentTo(2))
+	pods := jobPods(g, e, "capped")
+	g.Expect(pods).To(HaveLen(2), "one pod per failed index")
+	for i, p := range pods {
+		g.Expect(p.Annotations).To(HaveKeyWithValue(batchv1.JobCompletionIndexAnnotation, strconv.Itoa(i)))
+		g.Expect(p.Annotations).To(HaveKeyWithValue(batchv1.JobIndexFailureCountAnnotation, "0"))
+	}
 }

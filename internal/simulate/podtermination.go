@@ -23,9 +23,13 @@ import (
 // grace period of 0 and its UID as precondition: it is removed, or kept with
 // deletionGracePeriodSeconds 0 while finalizers remain. The simulated kubelets stop a pod's
 // containers after Options.PodStopDelay, or after the grace period when that is shorter; a
-// shorter grace period given to a terminating pod stops it that much sooner. It runs in every
-// cluster, workloads or not, and always answers, also for a pod on a NotReady node. It keeps
-// only the terminating pods' deadlines.
+// shorter grace period given to a terminating pod stops it that much sooner. A pod that
+// finalizers keep (a Job's until its controller has counted it) first gets the terminal phase
+// the kubelet reports before that delete: Failed, its containers terminated with exit code 143
+// (they ended on SIGTERM), or 137 when the grace period ran out before Options.PodStopDelay
+// (SIGKILL); the others are gone at once, so they skip that write. It runs in every cluster,
+// workloads or not, and always answers, also for a pod on a NotReady node. It keeps only the
+// terminating pods' deadlines.
 type podTermination struct {
 	c   *cluster
 	idx int
@@ -34,11 +38,19 @@ type podTermination struct {
 	pending map[string]podStop // by pod key
 }
 
-// podStop is when a terminating pod's kubelet confirms it.
+// podStop is when a terminating pod's kubelet confirms it; held: the pod had finalizers (none
+// can be added once it is terminating), killed: its grace period ends before PodStopDelay.
 type podStop struct {
-	uid types.UID
-	at  time.Time
+	uid          types.UID
+	at           time.Time
+	held, killed bool
 }
+
+// Exit codes of containers the kubelet stops: SIGTERM handled, or SIGKILL at the grace period's end.
+const (
+	exitCodeTerminated = 128 + 15
+	exitCodeKilled     = 128 + 9
+)
 
 func newPodTermination(c *cluster, idx int) *podTermination {
 	return &podTermination{c: c, idx: idx, pending: map[string]podStop{}}
@@ -68,13 +80,14 @@ func (t *podTermination) observe(ch store.Change) {
 		return
 	}
 	delay := min(t.c.sim.opts.PodStopDelay, time.Duration(*grace)*time.Second)
+	killed := delay < t.c.sim.opts.PodStopDelay
 	at := time.Now().Add(delay)
 	t.mu.Lock()
 	if p, ok := t.pending[key]; ok && p.uid == ch.New.GetUID() && !p.at.After(at) {
 		t.mu.Unlock()
 		return
 	}
-	t.pending[key] = podStop{uid: ch.New.GetUID(), at: at}
+	t.pending[key] = podStop{uid: ch.New.GetUID(), at: at, held: len(ch.New.GetFinalizers()) > 0, killed: killed}
 	t.mu.Unlock()
 	t.c.after(delay, t.idx, key)
 }
@@ -96,7 +109,13 @@ func (t *podTermination) sync(ctx context.Context, key string) error {
 	t.mu.Unlock()
 	namespace, name, _ := strings.Cut(key, "/")
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
-	err := t.c.client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &p.uid})
+	var err error
+	if p.held {
+		err = t.terminalPhase(ctx, pod, p)
+	}
+	if err == nil {
+		err = t.c.client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &p.uid})
+	}
 	if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		return nil // confirmed; or gone, or replaced by another pod of the name
 	}
@@ -106,4 +125,21 @@ func (t *podTermination) sync(ctx context.Context, key string) error {
 	}
 	t.mu.Unlock()
 	return err
+}
+
+// terminalPhase reports a held pod that has not finished Failed, its containers terminated
+// with the exit code of their stop, as the kubelet's status manager does before it deletes it.
+func (t *podTermination) terminalPhase(ctx context.Context, pod *corev1.Pod, p podStop) error {
+	if err := t.c.client.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil || pod.UID != p.uid {
+		return client.IgnoreNotFound(err) // gone, or replaced: the delete's precondition tells
+	}
+	if len(pod.Finalizers) == 0 || isTerminal(pod) {
+		return nil
+	}
+	code := int32(exitCodeTerminated)
+	if p.killed {
+		code = exitCodeKilled
+	}
+	failPod(pod, time.Now(), code)
+	return t.c.client.Status().Update(ctx, pod)
 }

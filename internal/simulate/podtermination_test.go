@@ -77,6 +77,7 @@ func TestGracefulDeleteWithFinalizers(t *testing.T) {
 	g.Eventually(func() *int64 { return mustGet(t, c, held2).GetDeletionGracePeriodSeconds() }, 5*time.Second, 20*time.Millisecond).
 		Should(HaveValue(BeEquivalentTo(0)))
 	cur = mustGet(t, c, held2).(*corev1.Pod)
+	g.Expect(cur.Status.Phase).To(Equal(corev1.PodFailed), "the kubelet reports the terminal phase of a pod finalizers keep")
 	cur.Finalizers = nil
 	_, err = c.Update(podsGVR, "default", cur, store.UpdateOptions{FieldManager: "test"})
 	g.Expect(err).NotTo(HaveOccurred())
