@@ -567,6 +567,11 @@ spec:
 	})).To(Succeed())
 	latest := time.Now().Truncate(time.Minute)
 	name := fmt.Sprintf("nightly-%d", latest.Unix()/60)
+	// kubectl wait fails at once on a Job the controller has not created yet.
+	g.Eventually(func() error {
+		_, err := e.cs.BatchV1().Jobs("default").Get(ctx, name, metav1.GetOptions{})
+		return err
+	}, safetyTimeout, poll).Should(Succeed())
 	e.kubectl(true, "", "wait", "--for=condition=complete", "job/"+name, "--timeout=60s")
 	g.Eventually(func(g Gomega) {
 		cj, err := e.cs.BatchV1().CronJobs("default").Get(ctx, "nightly", metav1.GetOptions{})
