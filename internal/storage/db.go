@@ -24,6 +24,11 @@ const FileName = "goofy.db"
 // do are the DB's own (rvKey, the records of PutRecord), which Load skips.
 var rvKey = []byte("\x00resourceVersion")
 
+// allocSize is the step the file grows by. bbolt's default grows it to the next power of two up
+// to 16 MiB (a file whose pages hold 4.2 MiB is 8 MiB); the file's size follows its data instead,
+// for one truncate and fsync per 256 KiB it grows.
+const allocSize = 256 << 10
+
 // ErrClosed is returned for writes queued after Close.
 var ErrClosed = errors.New("storage is closed")
 
@@ -46,6 +51,7 @@ type DB struct {
 	// commit again: everything queued before it fails. failedFence until Recover.
 	fences map[string]uint64
 	fault  func(bucket, key string) error // InjectFault's
+	dicts  dictionaries                   // compress.go
 
 	stats Stats
 }
@@ -82,6 +88,9 @@ type write struct {
 	// shared is the content a reference (the value) points at, put in the shared bucket in the
 	// same transaction unless it is there already; nil for other writes.
 	shared *sharedPut
+	// class is the resource of an object's value, which may be compressed with its dictionary
+	// (compress.go); "" for a value written as it is.
+	class string
 }
 
 // sharedPut is shared content to be on disk: its id and its encoding.
@@ -113,6 +122,7 @@ func Open(dir string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
+	b.AllocSize = allocSize
 	db := &DB{bolt: b, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
 	if err := db.sweepShared(); err != nil {
 		_ = b.Close()
@@ -200,6 +210,12 @@ func (db *DB) Delete(bucket, key string, rv uint64) Commit {
 	return db.enqueue(write{bucket: bucket, key: key, rv: rv})
 }
 
+// putObject queues bucket[key] = encode(), an object's value of resource class, compressed with
+// the class's dictionary when that makes it smaller; Objects.Load gives it back as it was.
+func (db *DB) putObject(bucket, key, class string, rv uint64, encode func() ([]byte, error)) Commit {
+	return db.enqueue(write{bucket: bucket, key: key, encode: encode, rv: rv, class: class})
+}
+
 // putShared queues bucket[key] = ref, a reference to shared content id whose encoding content
 // returns: the content is put in the shared bucket in the same transaction if it is not there.
 func (db *DB) putShared(bucket, key string, rv uint64, ref, id []byte, content func() ([]byte, error)) Commit {
@@ -260,6 +276,7 @@ func (db *DB) commitLoop() {
 		case <-release.C:
 			armed = false
 			db.releaseMapped()
+			db.dropTables()
 		}
 	}
 }
@@ -290,6 +307,7 @@ func (db *DB) commitPending() {
 	// Values are encoded before the transaction, so the file lock is held for writing alone. A
 	// value that cannot be encoded fails its bucket's writes: later ones may build on it.
 	values := make([][]byte, len(b.writes))
+	var dicts []*dictionary // per write, the dictionary its value is compressed with
 	for i, w := range b.writes {
 		if w.encode == nil || failed[w.bucket] != nil {
 			continue
@@ -298,6 +316,15 @@ func (db *DB) commitPending() {
 		if err != nil {
 			failed[w.bucket] = fmt.Errorf("encoding %s in %s: %w", w.key, w.bucket, err)
 			continue
+		}
+		if w.class != "" {
+			var d *dictionary
+			if v, d = db.compress(w.class, w.bucket, w.key, v); d != nil {
+				if dicts == nil {
+					dicts = make([]*dictionary, len(b.writes))
+				}
+				dicts[i] = d
+			}
 		}
 		values[i] = v
 	}
@@ -314,6 +341,11 @@ func (db *DB) commitPending() {
 				}
 				if err := apply(tx, w, values[i]); err != nil {
 					return err
+				}
+				if dicts != nil && dicts[i] != nil {
+					if err := putDictionary(tx, dicts[i]); err != nil {
+						return err
+					}
 				}
 			}
 			return nil
@@ -435,8 +467,15 @@ func (db *DB) Stats() Stats {
 }
 
 // Load calls each for every key of bucket in key order and returns the bucket's resourceVersion;
-// found is false when the bucket does not exist. The value is only valid during the call.
+// found is false when the bucket does not exist. The value is only valid during the call, and is
+// as it is on disk (an object's may be compressed: Objects.Load gives objects' values back).
 func (db *DB) Load(bucket string, each func(key string, value []byte) error) (rv uint64, found bool, err error) {
+	return db.load(bucket, false, each)
+}
+
+// load is Load; with inflate, compressed values are given back as they were written.
+func (db *DB) load(bucket string, inflate bool, each func(key string, value []byte) error) (rv uint64, found bool, err error) {
+	var buf []byte
 	err = db.bolt.View(func(tx *bolt.Tx) error {
 		bk := tx.Bucket([]byte(bucket))
 		if bk == nil {
@@ -457,6 +496,13 @@ func (db *DB) Load(bucket string, each func(key string, value []byte) error) (rv
 			if v == nil {
 				return fmt.Errorf("state of %s: unexpected nested bucket %q", bucket, k)
 			}
+			if inflate && len(v) > 0 && v[0] == encodingCompressed {
+				var err error
+				if buf, err = db.inflate(tx, string(k), v, buf); err != nil {
+					return fmt.Errorf("state of %s: %s: %w", bucket, k, err)
+				}
+				v = buf
+			}
 			return each(string(k), v)
 		})
 	})
@@ -468,7 +514,7 @@ func (db *DB) Buckets() ([]string, error) {
 	var names []string
 	err := db.bolt.View(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
-			if !bytes.Equal(name, sharedBucket) {
+			if !bytes.Equal(name, sharedBucket) && !bytes.Equal(name, dictBucket) {
 				names = append(names, string(name))
 			}
 			return nil
@@ -545,23 +591,30 @@ func (db *DB) SharedContents() (n, size int, err error) {
 }
 
 // sweepShared deletes the shared content that no reference on disk points at any more (the
-// clusters that held it were deleted or changed it). It runs when the file is opened, before
-// anything else reads or writes it.
+// clusters that held it were deleted or changed it), and the dictionaries no value uses. It runs
+// when the file is opened, before anything else reads or writes it.
 func (db *DB) sweepShared() error {
 	swept := false
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
-		sb := tx.Bucket(sharedBucket)
-		if sb == nil {
+		db.openDictionaries(tx)
+		sb, dicts := tx.Bucket(sharedBucket), tx.Bucket(dictBucket)
+		if sb == nil && dicts == nil {
 			return nil
 		}
 		used := map[[sha256.Size]byte]bool{}
+		usedDicts := map[uint32]bool{}
 		err := tx.ForEach(func(name []byte, b *bolt.Bucket) error {
-			if bytes.Equal(name, sharedBucket) {
+			if bytes.Equal(name, sharedBucket) || bytes.Equal(name, dictBucket) {
 				return nil
 			}
 			return b.ForEach(func(k, v []byte) error {
-				if len(k) > 0 && k[0] != 0 && len(v) == refLen && v[0] == encodingShared {
+				if len(k) == 0 || k[0] == 0 {
+					return nil
+				}
+				if len(v) == refLen && v[0] == encodingShared {
 					used[[sha256.Size]byte(v[1:1+sha256.Size])] = true
+				} else if id, ok := dictionaryOf(v); ok {
+					usedDicts[id] = true
 				}
 				return nil
 			})
@@ -569,19 +622,30 @@ func (db *DB) sweepShared() error {
 		if err != nil {
 			return err
 		}
-		var unused [][]byte
-		err = sb.ForEach(func(k, _ []byte) error {
-			if len(k) != sha256.Size || !used[[sha256.Size]byte(k)] {
-				unused = append(unused, bytes.Clone(k))
+		for _, sweep := range []struct {
+			b    *bolt.Bucket
+			used func(k []byte) bool
+		}{
+			{sb, func(k []byte) bool { return len(k) == sha256.Size && used[[sha256.Size]byte(k)] }},
+			{dicts, func(k []byte) bool { return len(k) == 4 && usedDicts[binary.BigEndian.Uint32(k)] }},
+		} {
+			if sweep.b == nil {
+				continue
 			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		for _, k := range unused {
-			if err := sb.Delete(k); err != nil {
+			var unused [][]byte
+			err = sweep.b.ForEach(func(k, _ []byte) error {
+				if !sweep.used(k) {
+					unused = append(unused, bytes.Clone(k))
+				}
+				return nil
+			})
+			if err != nil {
 				return err
+			}
+			for _, k := range unused {
+				if err := sweep.b.Delete(k); err != nil {
+					return err
+				}
 			}
 		}
 		swept = true

@@ -35,7 +35,7 @@ func (o *Objects) Load(decode Decoder) (bool, error) {
 	}
 	var moves []move
 	var refs []reference
-	rv, found, err := o.db.Load(o.bucket, func(k string, v []byte) error {
+	rv, found, err := o.db.load(o.bucket, true, func(k string, v []byte) error {
 		gr, key, ok := parseDiskKey(k)
 		if !ok {
 			return fmt.Errorf("malformed key %q", k)

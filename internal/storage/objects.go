@@ -213,7 +213,7 @@ func (o *Objects) persistPut(gr schema.GroupResource, key string, v Value) {
 	}
 	ref := v.ref()
 	if ref == nil {
-		o.commit = o.db.Put(o.bucket, diskKey(gr, key), o.rv, encodeValue(v.Object()))
+		o.commit = o.db.putObject(o.bucket, diskKey(gr, key), gr.Group+"/"+gr.Resource, o.rv, encodeValue(v.Object()))
 		return
 	}
 	o.commit = o.db.putShared(o.bucket, diskKey(gr, key), o.rv, ref.encode(), ref.content.id[:], encodeValue(ref.content.obj))

@@ -30,7 +30,7 @@ func (db *DB) Records(name string) (map[string][]byte, error) {
 	key := []byte(recordPrefix + name)
 	err := db.bolt.View(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(bucket []byte, b *bolt.Bucket) error {
-			if bytes.Equal(bucket, sharedBucket) {
+			if bytes.Equal(bucket, sharedBucket) || bytes.Equal(bucket, dictBucket) {
 				return nil
 			}
 			if v := b.Get(key); v != nil {
