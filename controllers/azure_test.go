@@ -136,6 +136,22 @@ func newFakeResourceGroup() *fakeResourceGroup {
 		}
 		return
 	}
+	rg.network.InterfacesServer.NewListPager = func(group string, _ *armnetwork.InterfacesClientListOptions) (resp azfake.PagerResponder[armnetwork.InterfacesClientListResponse]) {
+		if !rg.known(group, &resp) {
+			return resp
+		}
+		resp.AddPage(http.StatusOK, armnetwork.InterfacesClientListResponse{
+			InterfaceListResult: armnetwork.InterfaceListResult{Value: rg.nicsWhere(func(key string) bool { return !strings.Contains(key, "/") })}}, nil)
+		return resp
+	}
+	rg.network.InterfacesServer.NewListVirtualMachineScaleSetNetworkInterfacesPager = func(group, scaleSet string, _ *armnetwork.InterfacesClientListVirtualMachineScaleSetNetworkInterfacesOptions) (resp azfake.PagerResponder[armnetwork.InterfacesClientListVirtualMachineScaleSetNetworkInterfacesResponse]) {
+		if !rg.known(group, &resp) {
+			return resp
+		}
+		resp.AddPage(http.StatusOK, armnetwork.InterfacesClientListVirtualMachineScaleSetNetworkInterfacesResponse{
+			InterfaceListResult: armnetwork.InterfaceListResult{Value: rg.nicsWhere(func(key string) bool { return strings.HasPrefix(key, scaleSet+"/") })}}, nil)
+		return resp
+	}
 	rg.network.LoadBalancersServer.NewListPager = func(group string, _ *armnetwork.LoadBalancersClientListOptions) (resp azfake.PagerResponder[armnetwork.LoadBalancersClientListResponse]) {
 		if !rg.known(group, &resp) {
 			return resp
@@ -175,6 +191,28 @@ func (rg *fakeResourceGroup) nic(group, key string) (armnetwork.Interface, bool)
 	defer rg.mu.Unlock()
 	n, ok := rg.nics[key]
 	return n, ok && strings.EqualFold(group, azRG)
+}
+
+// nicsWhere lists the NICs whose keys match, as ARM's NIC listings answer: each with its ID and
+// properties.virtualMachine.id (the VM is the NIC ID's parent for scale-set NICs; a standalone NIC
+// of the fakes names no VM, and is found by its own ID).
+func (rg *fakeResourceGroup) nicsWhere(match func(key string) bool) []*armnetwork.Interface {
+	rg.mu.Lock()
+	defer rg.mu.Unlock()
+	var list []*armnetwork.Interface
+	for _, key := range slices.Sorted(maps.Keys(rg.nics)) {
+		if !match(key) {
+			continue
+		}
+		n := rg.nics[key]
+		if vm, _, ok := strings.Cut(ptr.Deref(n.ID, ""), "/networkInterfaces/"); ok && strings.Contains(key, "/") {
+			props := *n.Properties
+			props.VirtualMachine = &armnetwork.SubResource{ID: to.Ptr(vm)}
+			n.Properties = &props
+		}
+		list = append(list, &n)
+	}
+	return list
 }
 
 func azTags(uid, role string) map[string]*string {

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/clock"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/certs"
@@ -457,7 +458,39 @@ func createWithStatus(ctx context.Context, c client.Client, obj client.Object) e
 	withStatus.SetResourceVersion(obj.GetResourceVersion())
 	withStatus.SetUID(obj.GetUID())
 	withStatus.SetCreationTimestamp(obj.GetCreationTimestamp())
-	return c.Status().Update(ctx, withStatus)
+	// CAPI's Machine controller patches a new Node (its annotations, the uninitialized taint) as
+	// soon as it sees it, often between the create and this write: as kubelet does with its
+	// status updates, take the latest version and write the status again instead of failing.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		err := c.Status().Update(ctx, withStatus)
+		if apierrors.IsConflict(err) {
+			if rerr := rebaseStatus(ctx, c, withStatus); rerr != nil {
+				return rerr
+			}
+		}
+		return err
+	})
+}
+
+// rebaseStatus puts obj's status onto the latest version of obj.
+func rebaseStatus(ctx context.Context, c client.Client, obj client.Object) error {
+	latest := obj.DeepCopyObject().(client.Object)
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), latest); err != nil {
+		return err
+	}
+	switch o := obj.(type) {
+	case *corev1.Node:
+		l := latest.(*corev1.Node)
+		l.Status = o.Status
+		*o = *l
+	case *corev1.Pod:
+		l := latest.(*corev1.Pod)
+		l.Status = o.Status
+		*o = *l
+	default:
+		return fmt.Errorf("no status to carry over for %T", obj)
+	}
+	return nil
 }
 
 func createIfAbsent(ctx context.Context, c client.Client, obj client.Object) error {

@@ -11,9 +11,12 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/workload"
 )
 
 // TestReadyMachineRepairsItsNode: a Ready machine, which re-checks only cheaply, still notices on
@@ -132,4 +135,44 @@ func TestNodeRecordsKeyedByUID(t *testing.T) {
 	g.Expect(p.ips.clusters["ns/c"]).To(Equal(map[netip.Addr]string{other: "uid-new"}))
 	p.release(again)
 	g.Expect(p.ips.clusters).NotTo(HaveKey("ns/c"))
+}
+
+// TestCreateWithStatusSurvivesAConcurrentPatch: CAPI's Machine controller patches a new Node
+// (annotations, the uninitialized taint) between its create and the kubelet-like status write.
+// The status still lands on the latest version, CAPI's change stays, and the phase does not fail
+// (a failed phase costs a GoofyMachine status write and, mirrored, a Machine one).
+func TestCreateWithStatusSurvivesAConcurrentPatch(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	base := fake.NewClientBuilder().WithScheme(testScheme).WithStatusSubresource(&corev1.Node{}).Build()
+	statusWrites := 0
+	c := interceptor.NewClient(base, interceptor.Funcs{
+		SubResourceUpdate: func(ctx context.Context, cl client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+			statusWrites++
+			if statusWrites == 1 {
+				capi := &corev1.Node{}
+				if err := cl.Get(ctx, client.ObjectKeyFromObject(obj), capi); err != nil {
+					return err
+				}
+				capi.Annotations = map[string]string{"cluster.x-k8s.io/machine": "m-0"}
+				capi.Spec.Taints = nil
+				if err := cl.Update(ctx, capi); err != nil {
+					return err
+				}
+			}
+			return cl.SubResource(sub).Update(ctx, obj, opts...)
+		},
+	})
+
+	node := workload.Node(workload.NodeSpec{Name: "n-0", ProviderID: "goofy://ns/c/n-0", InternalIP: "10.0.0.5", Ready: true}, metav1.Now())
+	g.Expect(createWithStatus(ctx, c, node)).To(Succeed())
+
+	got := &corev1.Node{}
+	g.Expect(base.Get(ctx, client.ObjectKey{Name: "n-0"}, got)).To(Succeed())
+	g.Expect(statusWrites).To(Equal(2), "one conflict, one write on the latest version")
+	g.Expect(got.Annotations).To(HaveKeyWithValue("cluster.x-k8s.io/machine", "m-0"), "CAPI's change is kept")
+	g.Expect(got.Spec.Taints).To(BeEmpty())
+	g.Expect(got.Status.Addresses).To(ContainElement(corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.0.0.5"}))
+	g.Expect(got.Status.Conditions).To(ContainElement(And(
+		HaveField("Type", corev1.NodeReady), HaveField("Status", corev1.ConditionTrue))))
 }
