@@ -86,14 +86,21 @@ func (b *simulatedMachinePoolBackend) ReconcileNormal(ctx context.Context, s *ma
 		return ctrl.Result{}, err
 	}
 	bounds, strategyErr := rollingBounds(pool, desired)
-	plan := planInstances(instances, hash, int(desired), bounds, strategyErr == nil, deletePolicyOf(pool))
+	var held string
+	if anyOutOfDate(instances, hash) {
+		if held, err = bootstrapDataBehind(ctx, b.live, s); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	canRoll := strategyErr == nil && held == ""
+	plan := planInstances(instances, hash, int(desired), bounds, canRoll, deletePolicyOf(pool))
 	if !plan.empty() {
 		// Creating or deleting on a stale cache would create or delete too many: read the
 		// instances and their Machines again, uncached, and plan again.
 		if instances, others, err = b.instances(ctx, b.live, s); err != nil {
 			return ctrl.Result{}, err
 		}
-		plan = planInstances(instances, hash, int(desired), bounds, strategyErr == nil, deletePolicyOf(pool))
+		plan = planInstances(instances, hash, int(desired), bounds, canRoll, deletePolicyOf(pool))
 	}
 	if err := b.deleteMachines(ctx, instances, plan.remove, plan.rolling); err != nil {
 		return ctrl.Result{}, err
@@ -106,7 +113,7 @@ func (b *simulatedMachinePoolBackend) ReconcileNormal(ctx context.Context, s *ma
 		instances = append(instances, poolInstance{gm: gm})
 	}
 	report(s, instances, others, desired)
-	reportRollout(s, instances, hash, desired, strategyErr)
+	reportRollout(s, instances, hash, desired, strategyErr, held)
 	return ctrl.Result{}, nil
 }
 

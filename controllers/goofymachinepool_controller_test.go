@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -1003,4 +1004,70 @@ func TestPoolFaultsReachInstances(t *testing.T) {
 	g.Expect(update(func(n *infrav1.GoofyMachinePool) { n.Spec.Simulation = &infrav1.MachineSimulation{VMFailed: true} })).To(BeTrue())
 	g.Expect(update(func(n *infrav1.GoofyMachinePool) { n.Spec.DeletePolicy = infrav1.DeletePolicyNewest })).To(BeFalse())
 	g.Expect(update(func(n *infrav1.GoofyMachinePool) { n.Status.Replicas = ptr.To[int32](7) })).To(BeFalse())
+}
+
+// TestMachinePoolConfigRefChangeRollsOnce: after a change of the MachinePool's bootstrap
+// configRef, CAPI keeps the old config's dataSecretName until the new config's secret exists. The
+// pool waits (RollingOut True, saying why; no instance made or removed) while the data secret is,
+// by its owner reference, the old KubeadmConfig's, and rolls once, to the new data, when CAPI
+// names the new secret: every instance is replaced exactly once.
+func TestMachinePoolConfigRefChangeRollsOnce(t *testing.T) {
+	requireEnv(t)
+	g := NewWithT(t)
+	ctx := context.Background()
+	const surge = 2
+	p := settledPool(t, "cfgref", 2, func(pool *infrav1.GoofyMachinePool) {
+		pool.Spec.Strategy.RollingUpdate = &infrav1.MachinePoolRollingUpdate{MaxSurge: ptr.To(intstr.FromInt32(surge))}
+	})
+	configSecret := func(config string) string {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.f.ns, Name: config,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "bootstrap.cluster.x-k8s.io/v1beta2", Kind: "KubeadmConfig",
+				Name: config, UID: types.UID("uid-" + config), Controller: ptr.To(true)}}},
+			Data: map[string][]byte{"value": []byte("#cloud-config\n"), "format": []byte("cloud-config")}}
+		g.Expect(k8sClient.Create(ctx, secret)).To(Succeed())
+		return config
+	}
+	setBootstrap := func(config string, secret *string) {
+		get(t, p.mp)
+		p.mp.Spec.Template.Spec.Bootstrap.ConfigRef = clusterv1.ContractVersionedObjectReference{
+			APIGroup: "bootstrap.cluster.x-k8s.io", Kind: "KubeadmConfig", Name: config}
+		if secret != nil {
+			p.mp.Spec.Template.Spec.Bootstrap.DataSecretName = secret
+		}
+		g.Expect(k8sClient.Update(ctx, p.mp)).To(Succeed())
+	}
+
+	// The pool on KubeadmConfig cfg-a, its secret named: one roll to it, as any bootstrap change.
+	setBootstrap("cfg-a", ptr.To(configSecret("cfg-a")))
+	p.rollUntilDone(t, 2, surge, 0, p.hashOf(t))
+	onA := p.hashOf(t)
+	created := map[string]bool{}
+	for _, gm := range p.instances(t) {
+		created[gm.Name] = true
+	}
+
+	// configRef to cfg-b; CAPI still names cfg-a's secret: nothing is replaced, for a while.
+	setBootstrap("cfg-b", nil)
+	for range 3 {
+		p.reconcile(t, 1)
+		g.Expect(p.count(t, onA)).To(Equal(poolCount{active: 2, ready: 2, old: 2}), "instances while cfg-b has no secret")
+	}
+	rolling := conditions.Get(p.pool, infrav1.RollingOutCondition)
+	g.Expect(rolling).NotTo(BeNil())
+	g.Expect(rolling.Status).To(Equal(metav1.ConditionTrue))
+	g.Expect(rolling.Message).To(ContainSubstring("waiting for the bootstrap data of KubeadmConfig cfg-b"))
+	g.Expect(rolling.Message).To(ContainSubstring("KubeadmConfig cfg-a's"))
+
+	// CABPK made cfg-b's secret and CAPI names it: one roll.
+	setBootstrap("cfg-b", ptr.To(configSecret("cfg-b")))
+	p.rollUntilDone(t, 2, surge, 0, onA)
+	onB := p.hashOf(t)
+	for _, gm := range p.instances(t) {
+		g.Expect(created).NotTo(HaveKey(gm.Name), "instance %s is one made before the change", gm.Name)
+		created[gm.Name] = true
+	}
+	g.Expect(created).To(HaveLen(4), "two instances on cfg-a, two on cfg-b, none in between")
+	p.reconcile(t, 2)
+	g.Expect(p.count(t, onB)).To(Equal(poolCount{active: 2, ready: 2, old: 2}), "the pool is settled on cfg-b")
+	g.Expect(p.pool.Status.Conditions).To(haveCondition(infrav1.RollingOutCondition, metav1.ConditionFalse, infrav1.NotRollingOutReason))
 }

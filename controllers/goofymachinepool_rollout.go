@@ -1,17 +1,22 @@
 package controllers
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
 )
@@ -37,6 +42,16 @@ func instanceTemplateHash(s *machinePoolScope) (string, error) {
 	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:8]), nil
+}
+
+// anyOutOfDate reports whether an instance was made from another template than hash's.
+func anyOutOfDate(instances []poolInstance, hash string) bool {
+	for _, in := range instances {
+		if !isUpToDate(in.gm, hash) {
+			return true
+		}
+	}
+	return false
 }
 
 // isUpToDate reports whether gm was made from the current instance template (hash).
@@ -217,9 +232,41 @@ func orderForRemoval(instances []poolInstance, policy infrav1.MachinePoolDeleteP
 	return candidates
 }
 
+// bootstrapDataBehind says why the pool must not roll yet, or "" (read uncached, and only while
+// instances are out of date): after a change of the
+// MachinePool's bootstrap configRef, CAPI keeps the old config's dataSecretName until the new
+// config's secret exists. Rolling on that would make instances from the old data and roll them
+// again once the name changes, so the pool waits while the data secret is, by its owner
+// reference, another config's of the configRef's kind. A secret with no such owner (a user's
+// secret, a bootstrap provider that owns none) cannot tell, and never holds the rollout.
+func bootstrapDataBehind(ctx context.Context, c client.Reader, s *machinePoolScope) (string, error) {
+	b := s.machinePool.Spec.Template.Spec.Bootstrap
+	if !b.ConfigRef.IsDefined() || ptr.Deref(b.DataSecretName, "") == "" {
+		return "", nil
+	}
+	secret := &metav1.PartialObjectMetadata{}
+	secret.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	if err := c.Get(ctx, client.ObjectKey{Namespace: s.machinePool.Namespace, Name: *b.DataSecretName}, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", nil
+		}
+		return "", fmt.Errorf("reading MachinePool %s's bootstrap data secret: %w", klogRef(s.machinePool), err)
+	}
+	for _, o := range secret.OwnerReferences {
+		gv, err := schema.ParseGroupVersion(o.APIVersion)
+		if err != nil || gv.Group != b.ConfigRef.APIGroup || o.Kind != b.ConfigRef.Kind || o.Name == b.ConfigRef.Name {
+			continue
+		}
+		return fmt.Sprintf("waiting for the bootstrap data of %s %s: the MachinePool's data secret %s is still %s %s's",
+			b.ConfigRef.Kind, b.ConfigRef.Name, *b.DataSecretName, o.Kind, o.Name), nil
+	}
+	return "", nil
+}
+
 // reportRollout writes status.upToDateReplicas and the RollingOut condition, and, while instances
-// are out of date, InstancesReady False with RollingUpdateInProgress (or InvalidStrategy).
-func reportRollout(s *machinePoolScope, instances []poolInstance, hash string, desired int32, strategyErr error) {
+// are out of date, InstancesReady False with RollingUpdateInProgress (or InvalidStrategy); held
+// is why the rollout waits (bootstrapDataBehind), if it does.
+func reportRollout(s *machinePoolScope, instances []poolInstance, hash string, desired int32, strategyErr error, held string) {
 	pool := s.pool
 	upToDate, outdated, outdatedLeaving := int32(0), 0, 0
 	for _, in := range instances {
@@ -244,6 +291,9 @@ func reportRollout(s *machinePoolScope, instances []poolInstance, hash string, d
 		return
 	}
 	msg := fmt.Sprintf("rolling out: %d of %d instances up to date, %d out of date, %d out of date being deleted", upToDate, desired, outdated, outdatedLeaving)
+	if held != "" {
+		msg = fmt.Sprintf("%d instances out of date, none replaced yet: %s", outdated, held)
+	}
 	conditions.Set(pool, metav1.Condition{Type: infrav1.RollingOutCondition, Status: metav1.ConditionTrue, Reason: infrav1.RollingUpdateInProgressReason, Message: msg})
 	conditions.Set(pool, metav1.Condition{Type: infrav1.InstancesReadyCondition, Status: metav1.ConditionFalse, Reason: infrav1.RollingUpdateInProgressReason, Message: msg})
 }

@@ -46,6 +46,9 @@ const (
 	// onControlPlane: only on control-plane nodes (a nodeSelector on kubeadm's role label, and a
 	// toleration of its NoSchedule taint), so that a KCP rollout's drain is what moves them.
 	onControlPlane
+	// onReplacedWorkers: as onWorkers, on workers that a rollout replaces one and all, so that
+	// every pod must have been evicted and re-created by the end.
+	onReplacedWorkers
 )
 
 func startBudgetedWorkload(ctx context.Context, t *testing.T, g Gomega, cs *kubernetes.Clientset, placement workloadPlacement) *budgetedWorkload {
@@ -138,7 +141,9 @@ func (b *budgetedWorkload) check(ctx context.Context, g Gomega) {
 			g.Expect(err).NotTo(HaveOccurred(), "%s runs on %s", p.Name, p.Spec.NodeName)
 			if b.placement == onControlPlane {
 				g.Expect(node.Labels).To(HaveKey(controlPlaneRole), "%s runs on %s", p.Name, p.Spec.NodeName)
-				// The only control-plane node before the rollout is gone: every pod was evicted
+			}
+			if b.placement != onWorkers {
+				// The nodes the pods ran on before the rollout are gone: every pod was evicted
 				// and re-created.
 				g.Expect(b.podsBefore).NotTo(ContainElement(p.Name), "%s was not moved by the drain", p.Name)
 			}

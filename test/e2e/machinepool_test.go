@@ -64,7 +64,10 @@ func TestMachinePool(t *testing.T) {
 // the GoofyMachinePool has replaced every instance: new Machines only, every worker Node on the
 // new kubelet version, the MachinePool Running with all replicas ready, RollingOut False. The
 // pool's maxSurge is 100% first, so that the whole pool rolls in one round (new instances, then
-// the old ones' Machines deleted and drained).
+// the old ones' Machines deleted and drained). A Deployment under a PodDisruptionBudget runs on
+// the old instances: CAPI's drain of their Machines evicts its pods one at a time (the second
+// eviction is refused until the first pod's replacement is ready on a new instance), and the
+// budget holds throughout.
 func rollPool(ctx context.Context, t *testing.T, g Gomega, mp *clusterv1.MachinePool) {
 	t.Helper()
 	replicas := ptr.Deref(mp.Spec.Replicas, 1)
@@ -77,6 +80,7 @@ func rollPool(ctx context.Context, t *testing.T, g Gomega, mp *clusterv1.Machine
 	patch := client.MergeFrom(pool.DeepCopy())
 	pool.Spec.Strategy.RollingUpdate = &infrav1.MachinePoolRollingUpdate{MaxSurge: ptr.To(intstr.FromString("100%"))}
 	g.Expect(plane.Client.Patch(ctx, pool, patch)).To(Succeed())
+	budgeted := startBudgetedWorkload(ctx, t, g, workloadREST(ctx, g, mpCluster), onReplacedWorkers)
 
 	from := mp.Spec.Template.Spec.Version
 	v := version.MustParseSemantic(from)
@@ -119,6 +123,7 @@ func rollPool(ctx context.Context, t *testing.T, g Gomega, mp *clusterv1.Machine
 		g.Expect(node.Status.NodeInfo.KubeletVersion).To(Equal(to), "kubelet version of Node %s", node.Name)
 	}
 	g.Expect(workers).To(Equal(replicas), "Ready worker Nodes")
+	budgeted.check(ctx, g)
 }
 
 // waitPoolRunning waits until the MachinePool is Running with n ready replicas, n Machines, and
