@@ -33,7 +33,10 @@ import (
 type conn struct {
 	net.Conn
 	release func() // frees the connection's place under the listener's limit; called once by Close
-	once    sync.Once
+	// places is the mux's process-wide bound whose place the connection holds, nil for none;
+	// Close frees it.
+	places *connectionCap
+	once   sync.Once
 	// pending is the connection's place among those in their handshake (listenerConns.mu).
 	pending *list.Element
 
@@ -52,6 +55,9 @@ func (c *conn) Close() error {
 	c.once.Do(func() {
 		if c.release != nil {
 			c.release()
+		}
+		if c.places != nil {
+			c.places.release()
 		}
 	})
 	return c.Conn.Close()
@@ -80,10 +86,11 @@ func connFrom(ctx context.Context) *conn {
 // enough for silent sockets to pile up. A variable for tests.
 var handshakeTimeout = 10 * time.Second
 
-// listenerConns is the listener's TLS listener: it runs every accepted connection's handshake in
-// a goroutine of its own and hands the server only connections that completed it, each a
-// *tls.Conn over a *conn (the handshake records its decision there). What the handshake proved
-// decides which of the listener's limits the connection counts against (docs/limits.md):
+// listenerConns accepts a listener's connections: its accept loop is the listener's one
+// goroutine. It runs every accepted connection's handshake in a goroutine of its own and hands the
+// server (serve) only connections that completed it, each a *tls.Conn over a *conn (the handshake
+// records its decision there); that goroutine then serves the connection. What the handshake
+// proved decides which of the listener's limits the connection counts against (docs/limits.md):
 //
 //   - a system:masters client certificate, or any etcd member's connection (its client
 //     certificate is from the etcd CA, whose holders read and write the whole store): none, as
@@ -95,51 +102,49 @@ var handshakeTimeout = 10 * time.Second
 // A connection past its limit is closed once its handshake completed. Before that, at most max
 // connections are in their handshake at once: one more closes the one that has waited the
 // longest, so silent sockets cannot hold file descriptors without bound, nor keep a client's
-// handshake, which takes milliseconds, from completing.
+// handshake, which takes milliseconds, from completing. Every connection, whoever its client,
+// first takes a place under the process-wide bound (places, Limits.MaxConnections), which keeps
+// the process's open files for its listeners.
 type listenerConns struct {
 	net.Listener
 	config                   *tls.Config
 	max, maxAnonymous        int
 	timeout                  time.Duration // handshakeTimeout
 	authenticated, anonymous atomic.Int64
+	places                   *connectionCap // nil: no process-wide bound
+	serve                    func(*tls.Conn)
 
-	ready chan *tls.Conn // connections that completed their handshake, for Accept
-	done  chan struct{}  // closed with the listener
-	err   error          // what Accept returns once done
-	stop  sync.Once
+	done chan struct{} // closed with the listener
+	stop sync.Once
 
 	mu          sync.Mutex
 	handshaking list.List // of *conn, oldest first
 }
 
-func newListenerConns(ln net.Listener, config *tls.Config, limit int) *listenerConns {
-	lc := &listenerConns{Listener: ln, config: config, max: limit, timeout: handshakeTimeout, ready: make(chan *tls.Conn), done: make(chan struct{})}
+// newListenerConns starts accepting ln's connections; serve gets those that completed their
+// handshake and were admitted, in a goroutine of their own. The accept loop ends once ln is
+// closed (Close), and then closes ended.
+func newListenerConns(ln net.Listener, config *tls.Config, limit int, places *connectionCap, serve func(*tls.Conn), ended chan<- struct{}) *listenerConns {
+	lc := &listenerConns{Listener: ln, config: config, max: limit, timeout: handshakeTimeout, places: places, serve: serve, done: make(chan struct{})}
 	if limit > 0 {
 		lc.maxAnonymous = max(limit/4, 1)
 	}
-	go lc.acceptLoop()
+	go func() {
+		defer close(ended)
+		lc.acceptLoop()
+	}()
 	return lc
-}
-
-func (lc *listenerConns) Accept() (net.Conn, error) {
-	select {
-	case tc := <-lc.ready:
-		return tc, nil
-	case <-lc.done:
-		return nil, lc.err
-	}
 }
 
 func (lc *listenerConns) Close() error {
 	err := lc.Listener.Close()
-	lc.shut(net.ErrClosed)
+	lc.shut()
 	return err
 }
 
-// shut ends Accept with err and closes the connections still in their handshake.
-func (lc *listenerConns) shut(err error) {
+// shut closes the connections still in their handshake; those that complete it later are closed.
+func (lc *listenerConns) shut() {
 	lc.stop.Do(func() {
-		lc.err = err
 		close(lc.done)
 		lc.mu.Lock()
 		defer lc.mu.Unlock()
@@ -153,14 +158,16 @@ func (lc *listenerConns) shut(err error) {
 }
 
 // acceptLoop accepts until the listener is closed; other errors (out of file descriptors) are
-// retried after a pause, as http.Server does.
+// retried after a pause, as http.Server does. A connection waits for its place under the
+// process-wide bound here, at most connectionWait (then it is closed), so the listener's next
+// connections wait in the kernel's queue meanwhile, as they do while http.Server pauses.
 func (lc *listenerConns) acceptLoop() {
 	var pause time.Duration
 	for {
 		nc, err := lc.Listener.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
-				lc.shut(err)
+				lc.shut()
 				return
 			}
 			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
@@ -173,6 +180,14 @@ func (lc *listenerConns) acceptLoop() {
 		}
 		pause = 0
 		c := &conn{Conn: nc}
+		if lc.places != nil {
+			if !lc.places.acquire(connectionWait, lc.done) {
+				refused(reasonProcessConnections)
+				_ = nc.Close()
+				continue
+			}
+			c.places = lc.places
+		}
 		if lc.startHandshake(c) {
 			go lc.handshake(c)
 		}
@@ -236,11 +251,50 @@ func (lc *listenerConns) handshake(c *conn) {
 		return
 	}
 	select {
-	case lc.ready <- tc:
 	case <-lc.done:
 		_ = tc.Close()
+	default:
+		lc.serve(tc)
 	}
 }
+
+// serveConn serves tc with srv in a goroutine of srv's, as srv.Serve serves what its listener
+// accepts: srv has no listener of its own (the listener's accept loop is listenerConns'), and
+// Shutdown and Close end tc as they end any connection of srv's. Once srv is shut down, tc is
+// closed instead.
+func serveConn(srv *http.Server, tc *tls.Conn) {
+	_ = srv.Serve(&oneConnListener{conn: tc, addr: tc.LocalAddr()})
+}
+
+// oneConnListener is a listener that accepts one connection, then ends srv.Serve (errServed): Serve
+// starts the connection's goroutine and returns. Serve calls its methods from one goroutine.
+type oneConnListener struct {
+	conn net.Conn
+	addr net.Addr
+}
+
+var errServed = errors.New("connection handed to the server")
+
+func (o *oneConnListener) Accept() (net.Conn, error) {
+	if o.conn == nil {
+		return nil, errServed
+	}
+	c := o.conn
+	o.conn = nil
+	return c, nil
+}
+
+// Close closes the connection if Serve did not take it (the server was shut down).
+func (o *oneConnListener) Close() error {
+	if o.conn == nil {
+		return nil
+	}
+	c := o.conn
+	o.conn = nil
+	return c.Close()
+}
+
+func (o *oneConnListener) Addr() net.Addr { return o.addr }
 
 // admit takes c's place in the limit its handshake puts it under (listenerConns).
 func (lc *listenerConns) admit(c *conn, cs tls.ConnectionState) bool {

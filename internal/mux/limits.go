@@ -2,8 +2,10 @@ package mux
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,6 +48,14 @@ type Limits struct {
 	// MaxPortForwardStreams bounds the forwarded streams of one port-forward connection (each
 	// one is a connection back into the listener).
 	MaxPortForwardStreams int
+	// MaxConnections bounds the connections open at once across all the mux's listeners (one
+	// process serves them all, and each connection is one of its open files), whoever their
+	// clients: system:masters, etcd clients and port-forward tunnels count too. A connection
+	// past it waits up to connectionWait for a place, before its TLS handshake, then is closed.
+	// Unlike the other limits, zero (the default) does not turn it off but sizes it from the open
+	// file limit (RLIMIT_NOFILE): that limit less one file per serving listener and
+	// reservedFiles for the rest of the process (connectionCap); less than zero turns it off.
+	MaxConnections int
 }
 
 // DefaultLimits are sized for a workload cluster used by CAPI's controllers and a few people
@@ -61,6 +71,99 @@ func DefaultLimits() Limits {
 		MaxWatchesPerCluster:        100,
 		WatchWriteTimeout:           10 * time.Second,
 		MaxPortForwardStreams:       32,
+	}
+}
+
+// reservedFiles are the open files MaxConnections' default leaves to all but the listeners and
+// their connections: the management cluster's client and watches, the state file, the webhook,
+// metrics and probe servers (the 1,024 of FilesFor).
+const reservedFiles = 1024
+
+// connectionWait is how long a connection waits for a place under MaxConnections before it is
+// closed. A variable for tests.
+var connectionWait = time.Second
+
+// maxConnectionWaiters bounds the connections waiting for a place at once (each holds its
+// file meanwhile): past it, a connection is closed at once.
+const maxConnectionWaiters = 64
+
+// connectionCap is the mux's process-wide bound on open connections (Limits.MaxConnections): a
+// counting semaphore every accepted connection takes a place of until it is closed.
+type connectionCap struct {
+	open, waiting atomic.Int64
+	limit         func() int64 // places in all; 0 or less: none left
+
+	mu    sync.Mutex
+	freed chan struct{} // closed, and replaced, when a place is freed while connections wait
+}
+
+// newConnectionCap returns the bound of Limits.MaxConnections max (nil: none): max, or for 0
+// files (the open file limit) less one per serving listener (listeners) and reservedFiles.
+func newConnectionCap(max int, files uint64, listeners *atomic.Int64) *connectionCap {
+	switch {
+	case max < 0, max == 0 && (files == 0 || files > math.MaxInt32):
+		return nil
+	case max > 0:
+		n := int64(max)
+		return &connectionCap{limit: func() int64 { return n }, freed: make(chan struct{})}
+	}
+	return &connectionCap{limit: func() int64 { return int64(files) - listeners.Load() - reservedFiles }, freed: make(chan struct{})}
+}
+
+// tryAcquire takes a place if one is free.
+func (c *connectionCap) tryAcquire() bool {
+	limit := c.limit()
+	for {
+		n := c.open.Load()
+		if n >= limit {
+			return false
+		}
+		if c.open.CompareAndSwap(n, n+1) {
+			connectionsOpen.Inc()
+			return true
+		}
+	}
+}
+
+// acquire takes a place, waiting up to wait (or until done is closed) for one, unless
+// maxConnectionWaiters are waiting already.
+func (c *connectionCap) acquire(wait time.Duration, done <-chan struct{}) bool {
+	if c.tryAcquire() {
+		return true
+	}
+	if c.waiting.Add(1) > maxConnectionWaiters {
+		c.waiting.Add(-1)
+		return false
+	}
+	defer c.waiting.Add(-1)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		freed := c.freed
+		c.mu.Unlock()
+		if c.tryAcquire() {
+			return true
+		}
+		select {
+		case <-freed:
+		case <-timer.C:
+			return false
+		case <-done:
+			return false
+		}
+	}
+}
+
+// release frees a place, and wakes the connections waiting for one.
+func (c *connectionCap) release() {
+	c.open.Add(-1)
+	connectionsOpen.Dec()
+	if c.waiting.Load() > 0 {
+		c.mu.Lock()
+		close(c.freed)
+		c.freed = make(chan struct{})
+		c.mu.Unlock()
 	}
 }
 

@@ -87,9 +87,10 @@ type WorkloadClusterListener struct {
 	// Serving state: set while at least one API server is registered and the cluster is not
 	// unreachable.
 	srv         *http.Server
+	conns       *listenerConns
 	grpcSrv     *grpc.Server
 	portForward *portforward.Handler
-	serveDone   chan struct{}
+	serveDone   chan struct{} // closed when the accept loop has ended
 }
 
 func newListener(m *WorkloadClustersMux, name string, ep endpoint, cluster *store.Cluster) *WorkloadClusterListener {
@@ -347,13 +348,11 @@ func (l *WorkloadClusterListener) startLocked() error {
 	done := make(chan struct{})
 	l.serveDone = done
 	srv := l.srv
-	tlsLn := newListenerConns(ln, &tls.Config{GetConfigForClient: l.tlsConfigFor}, l.mux.limits.MaxConnectionsPerListener)
-	go func() {
-		defer close(done)
-		if err := srv.Serve(tlsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			l.mux.log.Error(err, "Workload cluster listener stopped", "cluster", l.name)
-		}
-	}()
+	// The accept loop is the listener's one goroutine: each connection is served by a goroutine
+	// of its own once its handshake completed (listenerConns).
+	l.conns = newListenerConns(ln, &tls.Config{GetConfigForClient: l.tlsConfigFor}, l.mux.limits.MaxConnectionsPerListener,
+		l.mux.places, func(tc *tls.Conn) { serveConn(srv, tc) }, done)
+	l.mux.serving.Add(1)
 	listenersOpen.Inc()
 	l.mux.log.V(1).Info("Serving workload cluster", "cluster", l.name, "address", l.HostPort())
 	return nil
@@ -371,12 +370,14 @@ func (l *WorkloadClusterListener) retire(ctx context.Context) {
 // stop stops serving (if serving), waiting for in-flight requests until ctx ends.
 func (l *WorkloadClusterListener) stop(ctx context.Context) {
 	l.mu.Lock()
-	srv, grpcSrv, pf, done := l.srv, l.grpcSrv, l.portForward, l.serveDone
-	l.srv, l.grpcSrv, l.portForward, l.serveDone = nil, nil, nil, nil
+	srv, conns, grpcSrv, pf, done := l.srv, l.conns, l.grpcSrv, l.portForward, l.serveDone
+	l.srv, l.conns, l.grpcSrv, l.portForward, l.serveDone = nil, nil, nil, nil, nil
 	l.mu.Unlock()
 	if srv == nil {
 		return
 	}
+	// No new connection: the server has no listener of its own to close (listenerConns).
+	_ = conns.Close()
 	// Long-lived requests (watches, port-forwards) would hold a graceful shutdown until ctx ends:
 	// give them a short grace period, then close connections.
 	shutdownCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -387,6 +388,7 @@ func (l *WorkloadClusterListener) stop(ctx context.Context) {
 	pf.Close()
 	grpcSrv.Stop()
 	<-done
+	l.mux.serving.Add(-1)
 	listenersOpen.Dec()
 	l.mux.log.V(1).Info("Stopped serving workload cluster", "cluster", l.name)
 }

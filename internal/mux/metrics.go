@@ -31,6 +31,10 @@ var (
 		Help:    "Latency of API requests served by workload cluster listeners (watches excluded).",
 		Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
 	}, []string{"verb"})
+	connectionsOpen = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "goofy_mux_connections_open",
+		Help: "Connections open on workload cluster listeners, counted against --workload-max-connections (the process-wide bound).",
+	})
 	watchesActive = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "goofy_mux_watches_active",
 		Help: "Watch requests currently open on workload cluster listeners.",
@@ -53,14 +57,16 @@ const (
 	reasonWatches              = "watches"               // --workload-max-watches-per-cluster
 	reasonWatchWriteTimeout    = "watch_write_timeout"   // --workload-watch-write-timeout
 	reasonPortForwardStreams   = "port_forward_streams"  // --workload-max-port-forward-streams
+	reasonProcessConnections   = "process_connections"   // --workload-max-connections, across all listeners
 )
 
 func refused(reason string) { refusedTotal.WithLabelValues(reason).Inc() }
 
 func init() {
-	metrics.Registry.MustRegister(listenersOpen, requestsTotal, requestDuration, watchesActive, refusedTotal)
+	metrics.Registry.MustRegister(listenersOpen, connectionsOpen, requestsTotal, requestDuration, watchesActive, refusedTotal)
 	for _, r := range []string{reasonConnections, reasonAnonymousConnections, reasonHandshakes, reasonHandshakeTimeout,
-		reasonInflightReadOnly, reasonInflightMutating, reasonRequestTimeout, reasonWatches, reasonWatchWriteTimeout, reasonPortForwardStreams} {
+		reasonInflightReadOnly, reasonInflightMutating, reasonRequestTimeout, reasonWatches, reasonWatchWriteTimeout, reasonPortForwardStreams,
+		reasonProcessConnections} {
 		refusedTotal.WithLabelValues(r) // every series from the start, at 0
 	}
 }

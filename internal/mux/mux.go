@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -142,6 +143,11 @@ type WorkloadClustersMux struct {
 	now      func() time.Time // the clock reservations expire by
 	nextSlot int              // where allocateLocked looks first, an index of the address × port space
 	closed   bool
+
+	// serving counts the listeners serving (each holds its socket's file); places is the
+	// process-wide bound on their connections (Limits.MaxConnections), nil for none.
+	serving atomic.Int64
+	places  *connectionCap
 }
 
 // NewWorkloadClustersMux returns a mux whose listeners advertise host and keep their objects in
@@ -174,6 +180,7 @@ func NewWorkloadClustersMux(manager *store.Manager, host string, opts ...Option)
 	if m.portMin < 1 || m.portMax > 65535 || m.portMin > m.portMax {
 		return nil, fmt.Errorf("mux: invalid port range %d-%d", m.portMin, m.portMax)
 	}
+	m.places = newConnectionCap(m.limits.MaxConnections, openFileLimit(), &m.serving)
 	if len(m.addresses) > 0 {
 		if m.bindAddress != "" {
 			return nil, errors.New("mux: a bind address and listener addresses exclude each other")
@@ -209,6 +216,16 @@ func (m *WorkloadClustersMux) Addresses() []string { return slices.Clone(m.addre
 // Capacity is how many listeners the mux can hold at most: the ports of the range on every
 // listener address.
 func (m *WorkloadClustersMux) Capacity() int { return m.slots() }
+
+// MaxConnections is the process-wide bound on the listeners' open connections in force
+// (Limits.MaxConnections, its default sized from the open file limit and the listeners serving
+// now); 0 for none.
+func (m *WorkloadClustersMux) MaxConnections() int {
+	if m.places == nil {
+		return 0
+	}
+	return int(max(m.places.limit(), 0))
+}
 
 // PortRange is the inclusive range listener ports are taken from (--listener-port-range).
 func (m *WorkloadClustersMux) PortRange() (min, max int) { return m.portMin, m.portMax }

@@ -22,3 +22,12 @@ func RaiseOpenFileLimit() (uint64, error) {
 	}
 	return uint64(lim.Cur), nil
 }
+
+// openFileLimit is the open file limit in force (RLIMIT_NOFILE's soft limit), 0 if unknown.
+func openFileLimit() uint64 {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0
+	}
+	return uint64(lim.Cur)
+}
