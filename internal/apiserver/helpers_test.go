@@ -42,7 +42,14 @@ func newTestEnvWith(t testing.TB, opts Options, copts store.ClusterOptions) *tes
 	t.Helper()
 	// The components that run in every cluster (workloads off): pods' graceful deletion is
 	// confirmed, namespaces finish, dependents are collected.
-	m := store.NewManager(store.WithSimulator(simulate.New(simulate.Options{})))
+	return newTestEnvSimulated(t, opts, copts, simulate.Options{})
+}
+
+// newTestEnvSimulated serves a cluster whose simulator has the given options (Workloads on runs
+// the scheduler, kubelets and workload controllers).
+func newTestEnvSimulated(t testing.TB, opts Options, copts store.ClusterOptions, sim simulate.Options) *testEnv {
+	t.Helper()
+	m := store.NewManager(store.WithSimulator(simulate.New(sim)))
 	copts.KubernetesVersion = testVersion
 	c, err := m.AddCluster("test", copts)
 	if err != nil {

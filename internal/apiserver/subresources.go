@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
 	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/kinds"
@@ -356,11 +357,77 @@ func (h *handler) serveEviction(rq *reqScope) {
 	}
 	opts := store.DeleteOptions{DryRun: dryRun, Preconditions: deleteOpts.Preconditions,
 		GracePeriodSeconds: deleteOpts.GracePeriodSeconds, PropagationPolicy: deleteOpts.PropagationPolicy}
+	if !dryRun {
+		if opts.Preconditions, err = h.markEvicted(rq.ns, rq.name, deleteOpts.Preconditions); err != nil {
+			h.writeError(rq.w, rq.r, err)
+			return
+		}
+	}
 	if _, err := h.c.Delete(podsGVR, rq.ns, rq.name, opts); err != nil {
 		h.writeError(rq.w, rq.r, err)
 		return
 	}
 	h.writeObject(rq, http.StatusCreated, &metav1.Status{Status: metav1.StatusSuccess, Code: http.StatusCreated})
+}
+
+// markEvicted gives the pod about to be evicted the condition upstream's eviction REST adds
+// before it deletes it (addConditionAndDeletePod): DisruptionTarget True, reason
+// EvictionByEvictionAPI, so a Job's podFailurePolicy can tell the eviction from a failure. As
+// upstream, the delete's preconditions are checked against the latest pod first (409 on a
+// mismatch), the condition is written to the latest pod whatever changed meanwhile, and a
+// resourceVersion precondition moves to the version that write made.
+func (h *handler) markEvicted(ns, name string, pre *metav1.Preconditions) (*metav1.Preconditions, error) {
+	for attempt := 1; ; attempt++ {
+		obj, err := h.c.Get(podsGVR, ns, name)
+		if err != nil {
+			return nil, err
+		}
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return nil, apierrors.NewInternalError(fmt.Errorf("store returned %T for a pod", obj))
+		}
+		if pre != nil {
+			// Upstream's getLatestPod: the errors name the resource "Pod".
+			gr := schema.GroupResource{Resource: "Pod"}
+			if uid := pre.UID; uid != nil && *uid != "" && *uid != pod.UID {
+				return nil, apierrors.NewConflict(gr, name, fmt.Errorf("the UID in the precondition (%s) does not match the UID in record (%s). The object might have been deleted and then recreated", *uid, pod.UID))
+			}
+			if rv := pre.ResourceVersion; rv != nil && *rv != "" && *rv != pod.ResourceVersion {
+				return nil, apierrors.NewConflict(gr, name, fmt.Errorf("the ResourceVersion in the precondition (%s) does not match the ResourceVersion in record (%s). The object might have been modified", *rv, pod.ResourceVersion))
+			}
+		}
+		next := pod.DeepCopy()
+		setPodCondition(&next.Status, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+			Reason: "EvictionByEvictionAPI", Message: "Eviction API: evicting"})
+		out, err := h.c.Update(podsGVR, ns, next, store.UpdateOptions{Subresource: "status", FieldManager: "eviction"})
+		if apierrors.IsConflict(err) && attempt < 10 {
+			continue // written meanwhile: upstream's GuaranteedUpdate tries again on the latest pod
+		}
+		if err != nil {
+			return nil, err
+		}
+		if pre != nil && pre.ResourceVersion != nil {
+			pre = pre.DeepCopy()
+			pre.ResourceVersion = ptr.To(out.(metav1.Object).GetResourceVersion())
+		}
+		return pre, nil
+	}
+}
+
+// setPodCondition is upstream's podutil.UpdatePodCondition: a new condition, or the existing one
+// of its type replaced, keeping its lastTransitionTime while its status stays.
+func setPodCondition(status *corev1.PodStatus, c corev1.PodCondition) {
+	c.LastTransitionTime = metav1.Now().Rfc3339Copy()
+	for i := range status.Conditions {
+		if old := &status.Conditions[i]; old.Type == c.Type {
+			if old.Status == c.Status {
+				c.LastTransitionTime = old.LastTransitionTime
+			}
+			*old = c
+			return
+		}
+	}
+	status.Conditions = append(status.Conditions, c)
 }
 
 // evictionDeleteOptions are the delete options an eviction deletes with: the Eviction's, with the
