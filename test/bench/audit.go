@@ -27,15 +27,15 @@ rules:
 - level: Metadata
 `
 
-// bodiesRule logs request bodies of writes to infrastructure kinds and to CAPI Machines' status:
-// with it the log shows what each provider patch changed, and what CAPI rewrote in a Machine's
-// status in answer (for analysis; it makes the log larger).
+// bodiesRule logs request bodies of writes to infrastructure kinds and to CAPI Machines (spec and
+// status): with it the log shows what each provider patch changed, and what CAPI rewrote in a
+// Machine in answer (for analysis; it makes the log larger).
 const bodiesRule = `- level: Request
   verbs: ["create", "update", "patch"]
   resources:
   - group: infrastructure.cluster.x-k8s.io
   - group: cluster.x-k8s.io
-    resources: ["machines/status"]
+    resources: ["machines", "machines/status"]
 `
 
 // AuditFlags writes the policy into dir and returns the kube-apiserver flags that enable a JSON
