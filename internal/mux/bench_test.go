@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"runtime"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	kcpetcd "sigs.k8s.io/cluster-api/controlplane/kubeadm/pkg/etcd"
@@ -54,9 +56,16 @@ func benchEnvInt(name string, def int) int {
 // through port-forward with KCP's own etcd client and proxy dialer from 4 goroutines (KCP's health
 // checks, a fresh client each time as KCP does, each after KCP's reads of the control-plane
 // Nodes and their static pods: the whole round is the health-check latency), and a kubelet-like
-// heartbeat updating Node status.
+// heartbeat updating Node status. The clients are CAPI's cluster cache's: one HTTP/2 connection
+// per cluster carries its watch, its lists and KCP's reads, throttled at the cluster cache's
+// client QPS and burst (20 and 30, the --clustercache-client-qps and -burst defaults of CAPI's
+// and KCP's managers). Where the open file limit cannot hold that connection's two ends in this
+// process for every cluster, the clusters past the watched ones (benchClients) open a connection
+// for each list or health check and close it after use: one more TLS handshake per operation on
+// those clusters, none of their files held in between.
 //
-// Reported: listener set-up time per cluster (p50/p99) and in total, resident memory of the
+// Reported: listener set-up time per cluster (p50/p99) and in total (10 clusters set up at once,
+// GOOFY_BENCH_SETUP_WORKERS, as the manager's reconcilers do), resident memory of the
 // simulated fleet before the load (server only) and under load (clients included, they share the
 // process), and latencies of Node list and of KCP's etcd client (connect + MemberList). The run
 // fails when the fleet alone takes more than 1 GiB for 1,000 × 6 machines, the goal of issue 8.
@@ -109,6 +118,9 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 		b.Logf("the fleet and its clients need %d open files, the limit is %d and cannot be raised (%v): fewer watches", benchFiles(clusters), files, ferr)
 	}
 	watched := min(clusters, max(int(files)-clusters-benchSpareFiles, 0)/2)
+	if watched < clusters {
+		b.Logf("%d clusters watched (a connection held, both ends here), the other %d get a connection per list or health check", watched, clusters-watched)
+	}
 	if int(files) < clusters+benchSpareFiles {
 		b.Fatalf("the fleet needs %d open files, the limit is %d", clusters+benchSpareFiles, files)
 	}
@@ -152,15 +164,32 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 	defer cancel()
 
 	// Set-up: what the GoofyCluster and GoofyMachine reconcilers do for each cluster.
-	setup := make([]time.Duration, 0, clusters)
+	// The manager's reconcilers set clusters up in parallel (--goofycluster-concurrency and
+	// --goofymachine-concurrency, 10 each by default): so many workers here
+	// (GOOFY_BENCH_SETUP_WORKERS), each setting up one cluster after another.
+	setup := make([]time.Duration, clusters)
 	names := make([]string, clusters)
 	nodeNames := make([][]string, clusters)
 	b.ResetTimer()
 	setupStart := time.Now()
-	for i := range clusters {
-		start := time.Now()
-		names[i], nodeNames[i] = benchAddCluster(ctx, b, m, cc, i, cps, workers, podsPerNode > 0)
-		setup = append(setup, time.Since(start))
+	var next atomic.Int64
+	var setupWG sync.WaitGroup
+	for range benchEnvInt("GOOFY_BENCH_SETUP_WORKERS", 10) {
+		setupWG.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= clusters {
+					return
+				}
+				start := time.Now()
+				names[i], nodeNames[i] = benchAddCluster(ctx, b, m, cc, i, cps, workers, podsPerNode > 0)
+				setup[i] = time.Since(start)
+			}
+		})
+	}
+	setupWG.Wait()
+	if b.Failed() {
+		return
 	}
 	setupTotal := time.Since(setupStart)
 	b.StopTimer()
@@ -191,12 +220,17 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 	for i := range clusters {
 		l, _ := m.Listener(names[i])
 		restConfigs[i] = &rest.Config{Host: l.Address(), TLSClientConfig: rest.TLSClientConfig{
-			CAData: pemCert(cc.ca), CertData: adminCert, KeyData: adminKey}}
+			CAData: pemCert(cc.ca), CertData: adminCert, KeyData: adminKey},
+			QPS: benchClientQPS, Burst: benchClientBurst}
 		cs, err := kubernetes.NewForConfig(restConfigs[i])
 		if err != nil {
 			b.Fatal(err)
 		}
 		clientsets[i] = cs
+	}
+	coreClient, err := benchClients(restConfigs, clientsets, watched)
+	if err != nil {
+		b.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	// One Node watch per cluster, as CAPI's cluster cache keeps (on the first watched clusters
@@ -234,8 +268,10 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 			for running() {
 				i := r.IntN(clusters)
 				t := time.Now()
-				nl, err := clientsets[i].CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+				cs, done := coreClient(i)
+				nl, err := cs.Nodes().List(ctx, metav1.ListOptions{})
 				d := time.Since(t)
+				done()
 				if err != nil || len(nl.Items) != cps+workers {
 					listErrs.Add(1)
 					continue
@@ -268,7 +304,9 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 				err := func() error {
 					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 					defer cancel()
-					if err := benchStaticPodReads(cctx, clientsets[i], cps); err != nil {
+					cs, done := coreClient(i)
+					defer done()
+					if err := benchStaticPodReads(cctx, cs, cps); err != nil {
 						return err
 					}
 					etcdStart = time.Now()
@@ -470,8 +508,8 @@ func benchPercentile(d []time.Duration, p float64) float64 {
 
 // benchStaticPodReads is KCP's read of a workload cluster's control plane before its etcd check:
 // the control-plane Nodes, then each one's four static pods.
-func benchStaticPodReads(ctx context.Context, cs *kubernetes.Clientset, cps int) error {
-	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: workload.ControlPlaneNodeLabel})
+func benchStaticPodReads(ctx context.Context, cs corev1client.CoreV1Interface, cps int) error {
+	nodes, err := cs.Nodes().List(ctx, metav1.ListOptions{LabelSelector: workload.ControlPlaneNodeLabel})
 	if err != nil {
 		return err
 	}
@@ -480,7 +518,7 @@ func benchStaticPodReads(ctx context.Context, cs *kubernetes.Clientset, cps int)
 	}
 	for _, n := range nodes.Items {
 		for _, comp := range []string{workload.KubeAPIServer, workload.KubeControllerManager, workload.KubeScheduler, workload.Etcd} {
-			if _, err := cs.CoreV1().Pods(metav1.NamespaceSystem).Get(ctx, workload.StaticPodName(comp, n.Name), metav1.GetOptions{}); err != nil {
+			if _, err := cs.Pods(metav1.NamespaceSystem).Get(ctx, workload.StaticPodName(comp, n.Name), metav1.GetOptions{}); err != nil {
 				return err
 			}
 		}
@@ -493,9 +531,43 @@ func benchStaticPodReads(ctx context.Context, cs *kubernetes.Clientset, cps int)
 func benchFiles(clusters int) uint64 { return uint64(clusters)*3 + benchSpareFiles }
 
 // benchSpareFiles are the open files BenchmarkMuxScale keeps for all but the listeners and the
-// watches: the Node lists' connections (kept idle by the clients' pool), the health checks'
-// tunnels, the state file.
-const benchSpareFiles = 4096
+// watched clusters' connections: the lists' and health checks' connections to the other
+// clusters (both ends, 16 + 4 at a time, each health check with its port-forward and the
+// tunnel back into the listener), the state file, and the mux's own reserve (reservedFiles).
+const benchSpareFiles = 2048
+
+// CAPI's cluster cache's client settings towards a workload cluster (--clustercache-client-qps,
+// --clustercache-client-burst of CAPI's and KCP's managers).
+const benchClientQPS, benchClientBurst = 20, 30
+
+// benchClients returns how the load reaches cluster i's core API, and what to call once done:
+// a watched cluster (i < watched) through its clientset, whose connection its watch holds open
+// (client-go caches transports by TLS configuration, and every cluster here has the same CA and
+// certificate: one transport, one HTTP/2 connection per cluster's address, as CAPI's cluster
+// cache holds one per cluster); any other through a transport of its own, closed after use,
+// with the cluster's rate limiter.
+func benchClients(restConfigs []*rest.Config, clientsets []*kubernetes.Clientset, watched int) (func(i int) (corev1client.CoreV1Interface, func()), error) {
+	if watched >= len(restConfigs) {
+		return func(i int) (corev1client.CoreV1Interface, func()) { return clientsets[i].CoreV1(), func() {} }, nil
+	}
+	tlsConfig, err := rest.TLSConfigFor(restConfigs[0])
+	if err != nil {
+		return nil, err
+	}
+	return func(i int) (corev1client.CoreV1Interface, func()) {
+		if i < watched {
+			return clientsets[i].CoreV1(), func() {}
+		}
+		cfg := rest.CopyConfig(restConfigs[i])
+		cfg.RateLimiter = clientsets[i].CoreV1().RESTClient().GetRateLimiter()
+		tr := &http.Transport{TLSClientConfig: tlsConfig.Clone(), ForceAttemptHTTP2: true, TLSHandshakeTimeout: 10 * time.Second}
+		cs, err := corev1client.NewForConfigAndClient(cfg, &http.Client{Transport: tr})
+		if err != nil {
+			panic(err) // the configuration is the clientset's, which was built
+		}
+		return cs, tr.CloseIdleConnections
+	}, nil
+}
 
 // benchRSS is this process's resident set size from /proc/self/status (0 where there is none).
 func benchRSS() int64 {
