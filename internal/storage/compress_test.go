@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/klauspost/compress/s2"
 	. "github.com/onsi/gomega"
 	bolt "go.etcd.io/bbolt"
 	corev1 "k8s.io/api/core/v1"
@@ -107,7 +108,7 @@ func TestCompressedValuesSurviveRestartExactly(t *testing.T) {
 		o.Put(configMaps, bigConfigMap(name, 100, r), nil)
 		g.Expect(o.LastCommit().Wait()).To(Succeed())
 		raw, _, _ := load(t, db, name)
-		g.Expect(raw["/configmaps/default/cm-100"][0]).To(Equal(encodingCompressed))
+		g.Expect(raw[db.diskKey(configMaps, "default/cm-100")][0]).To(Equal(encodingCompressed))
 	}
 	g.Expect(dictionariesOnDisk(g, db)).To(Equal(dicts))
 }
@@ -166,10 +167,10 @@ func TestCompressedValueWithoutItsDictionaryFailsTheLoad(t *testing.T) {
 	db, err := Open(t.TempDir())
 	g.Expect(err).NotTo(HaveOccurred())
 	defer db.Close()
-	d := &dictionary{id: 7, data: []byte("some dictionary")}
+	d := &dictionary{id: 7, data: []byte("some dictionary, long enough")}
 	v, err := encodeValue(cm("x", strings.Repeat("some dictionary ", 20)))()
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(db.Put("a", "/configmaps/default/x", 1, func() ([]byte, error) { return d.compress(v), nil }).Wait()).To(Succeed())
+	g.Expect(db.Put("a", "/configmaps/default/x", 1, func() ([]byte, error) { return d.compress(v) }).Wait()).To(Succeed())
 	_, err = NewObjects("a", testHistory, db).Load(decodeConfigMaps)
 	g.Expect(err).To(MatchError(ErrUnreadable))
 	g.Expect(err).To(MatchError(ContainSubstring("dictionary 7 is missing")))
@@ -178,13 +179,24 @@ func TestCompressedValueWithoutItsDictionaryFailsTheLoad(t *testing.T) {
 func FuzzDictionaryCoder(f *testing.F) {
 	f.Add([]byte("kube-system/coredns kube-proxy"), []byte("kube-system/kube-proxy coredns coredns coredns"))
 	f.Add([]byte{}, []byte("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"))
+	f.Add([]byte("abcdefghijklmnopqrstuvwxyz"), []byte{})
 	f.Add([]byte("abcd"), []byte("abcdabcdabcdxabcd"))
+	f.Add([]byte(strings.Repeat("metadata spec status ", 400)), []byte(strings.Repeat("metadata spec status x", 100)))
 	f.Fuzz(func(t *testing.T, dict, v []byte) {
 		if len(dict) > 60000 {
 			dict = dict[:60000]
 		}
 		d := &dictionary{id: 3, data: dict}
-		c := d.compress(v)
+		c, err := d.compress(v)
+		if len(dict) < s2.MinDictSize {
+			if err == nil {
+				t.Fatalf("compressed with a dictionary of %d bytes", len(dict))
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("compress: %v", err)
+		}
 		got, err := d.decompress(nil, c)
 		if err != nil || !bytes.Equal(got, v) {
 			t.Fatalf("round trip: %v, %q != %q", err, got, v)
@@ -196,5 +208,62 @@ func FuzzDictionaryCoder(f *testing.F) {
 			_, _ = d.decompress(nil, bad)
 			_, _ = d.decompress(nil, c[:i])
 		}
+		// Nor does a value made of arbitrary bytes after the header.
+		_, _ = d.decompress(nil, append([]byte{encodingCompressed, codecS2, 3}, v...))
 	})
+}
+
+// A value of a codec this build does not know fails its load with the codec named.
+func TestUnknownCodec(t *testing.T) {
+	g := NewWithT(t)
+	d := &dictionary{id: 3, data: []byte("some dictionary, long enough")}
+	c, err := d.compress([]byte(strings.Repeat("some dictionary ", 20)))
+	g.Expect(err).NotTo(HaveOccurred())
+	c[1] = 9
+	_, err = d.decompress(nil, c)
+	g.Expect(err).To(MatchError(ContainSubstring("unknown codec 9")))
+}
+
+// Many resources written interleaved, in batches of one resource and of many: every value after
+// the dictionaries were made is compressed with its own, and comes back exactly.
+func TestInterleavedResourcesCompressWithTheirDictionaries(t *testing.T) {
+	g := NewWithT(t)
+	db, err := Open(t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer db.Close()
+	r := rand.New(rand.NewPCG(5, 6))
+	const resources = 9
+	want := map[string][]byte{}
+	var last Commit
+	for i := range dictWrites + 40 {
+		for res := range resources {
+			obj := bigConfigMap(fmt.Sprintf("r%d", res), i, r)
+			obj.Data["resource"] = strings.Repeat(fmt.Sprintf("resource %d ", res), 10)
+			v, err := encodeValue(obj)()
+			g.Expect(err).NotTo(HaveOccurred())
+			key := fmt.Sprintf("g/r%d/default/cm-%d", res, i)
+			want[key] = v
+			last = db.putObject("a", key, fmt.Sprintf("g/r%d", res), uint64(len(want)), func() ([]byte, error) { return v, nil })
+		}
+		if i%7 == 0 {
+			g.Expect(last.Wait()).To(Succeed()) // batches of one resource and of many
+		}
+	}
+	g.Expect(last.Wait()).To(Succeed())
+	g.Expect(dictionariesOnDisk(g, db)).To(HaveLen(resources))
+	raw, _, _ := load(t, db, "a")
+	compressed := 0
+	for _, v := range raw {
+		if v[0] == encodingCompressed {
+			compressed++
+		}
+	}
+	g.Expect(compressed).To(BeNumerically(">=", resources*40))
+	got := map[string][]byte{}
+	_, _, err = db.load("a", true, func(k string, v []byte) error {
+		got[k] = bytes.Clone(v)
+		return nil
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal(want))
 }

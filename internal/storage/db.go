@@ -52,6 +52,7 @@ type DB struct {
 	fences map[string]uint64
 	fault  func(bucket, key string) error // InjectFault's
 	dicts  dictionaries                   // compress.go
+	codes  resourceCodes                  // keys.go
 
 	stats Stats
 }
@@ -276,7 +277,6 @@ func (db *DB) commitLoop() {
 		case <-release.C:
 			armed = false
 			db.releaseMapped()
-			db.dropTables()
 		}
 	}
 }
@@ -341,6 +341,11 @@ func (db *DB) commitPending() {
 				}
 				if err := apply(tx, w, values[i]); err != nil {
 					return err
+				}
+				if w.encode != nil && !w.drop {
+					if err := db.putResourceCode(tx, w.key); err != nil {
+						return err
+					}
 				}
 				if dicts != nil && dicts[i] != nil {
 					if err := putDictionary(tx, dicts[i]); err != nil {
@@ -499,7 +504,7 @@ func (db *DB) load(bucket string, inflate bool, each func(key string, value []by
 			if inflate && len(v) > 0 && v[0] == encodingCompressed {
 				var err error
 				if buf, err = db.inflate(tx, string(k), v, buf); err != nil {
-					return fmt.Errorf("state of %s: %s: %w", bucket, k, err)
+					return fmt.Errorf("state of %s: %s: %w", bucket, db.keyName(string(k)), err)
 				}
 				v = buf
 			}
@@ -514,13 +519,18 @@ func (db *DB) Buckets() ([]string, error) {
 	var names []string
 	err := db.bolt.View(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
-			if !bytes.Equal(name, sharedBucket) && !bytes.Equal(name, dictBucket) {
+			if !ownBucket(name) {
 				names = append(names, string(name))
 			}
 			return nil
 		})
 	})
 	return names, err
+}
+
+// ownBucket reports whether a bucket is the DB's own rather than a cluster's.
+func ownBucket(name []byte) bool {
+	return bytes.Equal(name, sharedBucket) || bytes.Equal(name, dictBucket) || bytes.Equal(name, resourceBucket)
 }
 
 // putSharedContent puts shared content in the shared bucket unless it is there already.
@@ -597,6 +607,9 @@ func (db *DB) sweepShared() error {
 	swept := false
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
 		db.openDictionaries(tx)
+		if err := db.openResourceCodes(tx); err != nil {
+			return err
+		}
 		sb, dicts := tx.Bucket(sharedBucket), tx.Bucket(dictBucket)
 		if sb == nil && dicts == nil {
 			return nil
@@ -604,7 +617,7 @@ func (db *DB) sweepShared() error {
 		used := map[[sha256.Size]byte]bool{}
 		usedDicts := map[uint32]bool{}
 		err := tx.ForEach(func(name []byte, b *bolt.Bucket) error {
-			if bytes.Equal(name, sharedBucket) || bytes.Equal(name, dictBucket) {
+			if ownBucket(name) {
 				return nil
 			}
 			return b.ForEach(func(k, v []byte) error {

@@ -6,8 +6,9 @@
 //
 // DB keeps the objects on disk: one bbolt database (the engine etcd itself uses) holding a
 // bucket per workload cluster, with the objects' keys and encoded values and the cluster's last
-// resourceVersion. Objects' values of 128 bytes or more are compressed against a dictionary per
-// resource kept once in the file (compress.go).
+// resourceVersion. Objects' keys name their resource by a short code (keys.go), and their values
+// of 128 bytes or more are compressed with S2 (github.com/klauspost/compress) against a
+// dictionary per resource kept once in the file (compress.go).
 //
 // Writes from every cluster go through one queue and are committed in groups: whatever was queued
 // while the previous transaction was being written and synced goes into the next one, so a busy

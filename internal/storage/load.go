@@ -23,10 +23,12 @@ type Decoder func(gr schema.GroupResource, value []byte) (schema.GroupResource, 
 // ResourceVersions continue above the last one on disk. The objects of shared resources (Share)
 // are held as references to shared content, whichever way they are on disk.
 func (o *Objects) Load(decode Decoder) (bool, error) {
+	// move is an object to write again: under another resource, or under its coded key.
 	type move struct {
-		from, to schema.GroupResource
-		key      string
-		obj      client.Object
+		from string // its key on disk
+		to   schema.GroupResource
+		key  string
+		obj  client.Object // nil: a reference, written again once loaded
 	}
 	type reference struct {
 		gr  schema.GroupResource
@@ -36,27 +38,30 @@ func (o *Objects) Load(decode Decoder) (bool, error) {
 	var moves []move
 	var refs []reference
 	rv, found, err := o.db.load(o.bucket, true, func(k string, v []byte) error {
-		gr, key, ok := parseDiskKey(k)
+		gr, key, old, ok := o.db.parseKey(k)
 		if !ok {
 			return fmt.Errorf("malformed key %q", k)
 		}
 		if len(v) > 0 && v[0] == encodingShared {
 			p, err := parseRef(v)
 			if err != nil {
-				return fmt.Errorf("decoding %s: %w", k, err)
+				return fmt.Errorf("decoding %s: %w", legacyKey(gr, key), err)
 			}
 			refs = append(refs, reference{gr: gr, key: key, ref: p})
+			if old {
+				moves = append(moves, move{from: k, to: gr, key: key})
+			}
 			return nil
 		}
 		to, obj, err := decode(gr, v)
 		if err != nil {
-			return fmt.Errorf("decoding %s: %w", k, err)
+			return fmt.Errorf("decoding %s: %w", legacyKey(gr, key), err)
 		}
 		if got := Key(obj.GetNamespace(), obj.GetName()); got != key {
-			return fmt.Errorf("%s holds %s", k, got)
+			return fmt.Errorf("%s holds %s", legacyKey(gr, key), got)
 		}
-		if to != gr {
-			moves = append(moves, move{from: gr, to: to, key: key, obj: obj})
+		if to != gr || old {
+			moves = append(moves, move{from: k, to: to, key: key, obj: obj})
 		}
 		o.keepLoaded(to, key, obj)
 		return nil
@@ -72,8 +77,12 @@ func (o *Objects) Load(decode Decoder) (bool, error) {
 	o.rv = initialResourceVersion(rv)
 	o.hist.floor = o.rv
 	for _, m := range moves {
-		o.commit = o.db.Delete(o.bucket, diskKey(m.from, m.key), o.rv)
-		o.persistPut(m.to, m.key, fullValue(m.obj))
+		v := fullValue(m.obj)
+		if m.obj == nil {
+			v = o.objects[m.to][m.key]
+		}
+		o.commit = o.db.Delete(o.bucket, m.from, o.rv)
+		o.persistPut(m.to, m.key, v)
 	}
 	return found, nil
 }
@@ -123,14 +132,14 @@ func (o *Objects) loadRefs(n int, ref func(i int) (schema.GroupResource, string,
 		if c == nil {
 			value, ok := values[p.id]
 			if !ok {
-				return fmt.Errorf("%s: shared content %x is missing", diskKey(gr, key), p.id)
+				return fmt.Errorf("%s: shared content %x is missing", legacyKey(gr, key), p.id)
 			}
 			to, obj, err := decode(gr, value)
 			if err != nil {
-				return fmt.Errorf("decoding the shared content of %s: %w", diskKey(gr, key), err)
+				return fmt.Errorf("decoding the shared content of %s: %w", legacyKey(gr, key), err)
 			}
 			if got := Key(obj.GetNamespace(), obj.GetName()); to != gr || got != key {
-				return fmt.Errorf("%s: shared content %x holds %s %s", diskKey(gr, key), p.id, to, got)
+				return fmt.Errorf("%s: shared content %x holds %s %s", legacyKey(gr, key), p.id, to, got)
 			}
 			c, _ = intern(&sharedContent{gr: gr, key: key, obj: obj, id: p.id})
 			held[p.id] = c

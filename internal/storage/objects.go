@@ -198,7 +198,7 @@ func (o *Objects) Delete(gr schema.GroupResource, old, last client.Object) *Even
 	delete(o.objects[gr], key)
 	o.enc.drop(objectRef{gr: gr, key: key})
 	if o.db != nil {
-		o.commit = o.db.Delete(o.bucket, diskKey(gr, key), o.rv)
+		o.commit = o.db.Delete(o.bucket, o.db.diskKey(gr, key), o.rv)
 	}
 	size := SizeOf(old)
 	o.bytes -= int64(size)
@@ -213,10 +213,10 @@ func (o *Objects) persistPut(gr schema.GroupResource, key string, v Value) {
 	}
 	ref := v.ref()
 	if ref == nil {
-		o.commit = o.db.putObject(o.bucket, diskKey(gr, key), gr.Group+"/"+gr.Resource, o.rv, encodeValue(v.Object()))
+		o.commit = o.db.putObject(o.bucket, o.db.diskKey(gr, key), gr.Group+"/"+gr.Resource, o.rv, encodeValue(v.Object()))
 		return
 	}
-	o.commit = o.db.putShared(o.bucket, diskKey(gr, key), o.rv, ref.encode(), ref.content.id[:], encodeValue(ref.content.obj))
+	o.commit = o.db.putShared(o.bucket, o.db.diskKey(gr, key), o.rv, ref.encode(), ref.content.id[:], encodeValue(ref.content.obj))
 }
 
 func (o *Objects) record(typ watch.EventType, gr schema.GroupResource, key string, obj, old Value, size int) *Event {

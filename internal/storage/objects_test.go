@@ -35,6 +35,9 @@ func decodeConfigMaps(gr schema.GroupResource, value []byte) (schema.GroupResour
 
 func TestDiskKeyRoundTrip(t *testing.T) {
 	g := NewWithT(t)
+	db, err := Open(t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer db.Close()
 	for _, tc := range []struct {
 		gr  schema.GroupResource
 		key string
@@ -42,14 +45,25 @@ func TestDiskKeyRoundTrip(t *testing.T) {
 		{configMaps, "default/x"},
 		{schema.GroupResource{Group: "apps", Resource: "deployments"}, "kube-system/coredns"},
 		{schema.GroupResource{Resource: "nodes"}, "n1"},
+		{schema.GroupResource{Group: "rbac.authorization.k8s.io", Resource: "clusterroles"}, "system:aggregate-to-view"},
 	} {
-		gr, key, ok := parseDiskKey(diskKey(tc.gr, tc.key))
+		k := db.diskKey(tc.gr, tc.key)
+		g.Expect(len(k)).To(Equal(2+len(tc.key)), "a short code for the resource")
+		gr, key, old, ok := db.parseKey(k)
 		g.Expect(ok).To(BeTrue())
+		g.Expect(old).To(BeFalse())
+		g.Expect(gr).To(Equal(tc.gr))
+		g.Expect(key).To(Equal(tc.key))
+		g.Expect(db.diskKey(tc.gr, "other")).To(HavePrefix(k[:2]), "one code per resource")
+		gr, key, old, ok = db.parseKey(legacyKey(tc.gr, tc.key))
+		g.Expect(ok && old).To(BeTrue())
 		g.Expect(gr).To(Equal(tc.gr))
 		g.Expect(key).To(Equal(tc.key))
 	}
-	_, _, ok := parseDiskKey("nodes")
-	g.Expect(ok).To(BeFalse())
+	for _, k := range []string{"nodes", "\x01", "\x01\x7f", "\x01\x05x"} {
+		_, _, _, ok := db.parseKey(k)
+		g.Expect(ok).To(BeFalse(), "%q", k)
+	}
 }
 
 // Every Put and Delete gets the next resourceVersion, the history holds the changes in order
@@ -116,8 +130,8 @@ func TestLoadRestoresAndMovesObjects(t *testing.T) {
 		g.Expect(o.Resource(secrets)).To(BeEmpty())
 		g.Expect(o.LastCommit().Wait()).To(Succeed())
 		keys, _, _ := load(t, db, "c")
-		g.Expect(keys).To(HaveKey("/configmaps/default/moved"))
-		g.Expect(keys).NotTo(HaveKey("/secrets/default/moved"))
+		g.Expect(keys).To(HaveKey(db.diskKey(configMaps, "default/moved")))
+		g.Expect(keys).NotTo(HaveKey(db.diskKey(secrets, "default/moved")))
 		g.Expect(db.Close()).To(Succeed())
 	}
 }

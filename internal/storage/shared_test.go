@@ -111,10 +111,10 @@ func TestSharedContentOnDiskSurvivesRestart(t *testing.T) {
 	}
 
 	raw, _, _ := load(t, db, "a")
-	g.Expect(raw["/configmaps/default/policy"][0]).To(Equal(encodingProtobuf), "the first to store the content writes it whole")
+	g.Expect(raw[db.diskKey(configMaps, "default/policy")][0]).To(Equal(encodingProtobuf), "the first to store the content writes it whole")
 	raw, _, _ = load(t, db, "c")
-	g.Expect(raw).NotTo(HaveKey("/configmaps/default/policy"))
-	g.Expect(raw["/configmaps/default/own"][0]).To(Equal(encodingProtobuf), "content of its own stays in its bucket")
+	g.Expect(raw).NotTo(HaveKey(db.diskKey(configMaps, "default/policy")))
+	g.Expect(raw[db.diskKey(configMaps, "default/own")][0]).To(Equal(encodingProtobuf), "content of its own stays in its bucket")
 	n, _, err := db.SharedContents()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(n).To(Equal(1), "the shared content once, for b's reference (c's went)")

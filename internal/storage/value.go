@@ -37,13 +37,13 @@ func SizeOf(obj client.Object) int {
 	return len(data)
 }
 
-// diskKey is an object's key on disk: "<group>/<resource>/<Key>". Neither a group nor a
-// resource contains a slash.
-func diskKey(gr schema.GroupResource, key string) string {
+// legacyKey is an object's key on disk as files written before the resources' codes hold it
+// (keys.go): "<group>/<resource>/<Key>". Neither a group nor a resource contains a slash.
+func legacyKey(gr schema.GroupResource, key string) string {
 	return gr.Group + "/" + gr.Resource + "/" + key
 }
 
-func parseDiskKey(k string) (schema.GroupResource, string, bool) {
+func parseLegacyKey(k string) (schema.GroupResource, string, bool) {
 	group, rest, ok := strings.Cut(k, "/")
 	if !ok {
 		return schema.GroupResource{}, "", false

@@ -13,6 +13,7 @@ require (
 
 require (
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
+	github.com/klauspost/compress v1.18.4 // indirect
 	k8s.io/component-helpers v0.36.3 // indirect
 	k8s.io/kube-aggregator v0.36.3 // indirect
 	k8s.io/metrics v0.36.3 // indirect
