@@ -87,6 +87,7 @@ type soak struct {
 	plane       *harness.Plane
 	obs         *observer
 	metricsURL  string
+	pprofURL    string // the manager's pprof endpoint (--profiler-address)
 	start       time.Time
 	segment     int
 	written     []writtenConfigMap
@@ -121,9 +122,15 @@ func (s *soak) run(ctx context.Context) error {
 		return err
 	}
 	s.metricsURL = "http://" + metricsAddr + "/metrics"
+	profilerAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	s.pprofURL = "http://" + profilerAddr + "/debug/pprof/"
 	s.plane, err = harness.Start(ctx, harness.Options{
 		RepoRoot: cfg.RepoRoot, OutputDir: s.res.LogDir, Binaries: cfg.Binaries, Progress: cfg.Progress,
-		ListenerPortRange: cfg.GoofyPortRange, GoofyArgs: []string{"--diagnostics-address=" + metricsAddr},
+		ListenerPortRange: cfg.GoofyPortRange,
+		GoofyArgs:         []string{"--diagnostics-address=" + metricsAddr, "--profiler-address=" + profilerAddr},
 	})
 	if err != nil {
 		return err
@@ -186,6 +193,7 @@ loop:
 		}
 	}
 	s.sample(ctx)
+	s.saveProfiles(ctx)
 	if s.faulted != "" {
 		errs = append(errs, s.setFault(ctx, s.faulted, false))
 	}
@@ -206,6 +214,7 @@ loop:
 // restart kills the Goofy manager with SIGKILL, starts it again on the same state, waits until
 // every cluster is Available again and checks every ConfigMap written so far.
 func (s *soak) restart(ctx context.Context) error {
+	s.saveProfiles(ctx)
 	s.res.Restarts++
 	s.cfg.progress("restart %d: SIGKILL to the Goofy manager (pid %d)", s.res.Restarts, s.plane.Goofy.Pid())
 	s.plane.Goofy.Kill()
@@ -438,6 +447,52 @@ func (s *soak) sample(ctx context.Context) {
 	s.res.Samples = append(s.res.Samples, sm)
 	s.cfg.progress("%5.0fs segment %d: RSS %.1f MiB, goroutines %d, open files %d, state %.1f MiB, Available %d/%d, ConfigMaps %d",
 		sm.Elapsed, sm.Segment, float64(sm.RSSBytes)/(1<<20), sm.Goroutines, sm.OpenFiles, float64(sm.StateBytes)/(1<<20), sm.Available, s.cfg.Clusters, sm.ConfigMaps)
+}
+
+// saveProfiles keeps the manager's goroutines (with their stacks) and heap at the end of the
+// current segment, in profiles/segment-<n>-goroutines.txt and -heap.pprof beside the samples: what
+// a growth the verdict reports is made of. A profile that cannot be read is reported and skipped.
+func (s *soak) saveProfiles(ctx context.Context) {
+	dir := filepath.Join(s.cfg.OutDir, "profiles")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		s.cfg.progress("profiles: %v", err)
+		return
+	}
+	for _, p := range []struct{ path, file string }{
+		{"goroutine?debug=1", fmt.Sprintf("segment-%d-goroutines.txt", s.segment)},
+		{"heap", fmt.Sprintf("segment-%d-heap.pprof", s.segment)},
+	} {
+		if err := download(ctx, s.pprofURL+p.path, filepath.Join(dir, p.file)); err != nil {
+			s.cfg.progress("profiles: %v", err)
+		}
+	}
+}
+
+// download writes what url answers into file.
+func download(ctx context.Context, url, file string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // scrapeGauge reads one unlabelled gauge from a Prometheus text endpoint.
