@@ -462,37 +462,10 @@ func (s *soak) saveProfiles(ctx context.Context) {
 		{"goroutine?debug=1", fmt.Sprintf("segment-%d-goroutines.txt", s.segment)},
 		{"heap", fmt.Sprintf("segment-%d-heap.pprof", s.segment)},
 	} {
-		if err := download(ctx, s.pprofURL+p.path, filepath.Join(dir, p.file)); err != nil {
+		if err := fetch(ctx, s.pprofURL+p.path, filepath.Join(dir, p.file), 30*time.Second); err != nil {
 			s.cfg.progress("profiles: %v", err)
 		}
 	}
-}
-
-// download writes what url answers into file.
-func download(ctx context.Context, url, file string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	f, err := os.Create(file)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // scrapeGauge reads one unlabelled gauge from a Prometheus text endpoint.
