@@ -33,9 +33,10 @@ import (
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/testenv"
 )
 
-// Listener ports of this package's tests: apart from the other packages' ranges, below the
+// Listener ports of this package's tests: apart from the other packages' ranges and from `make
+// bench`'s and `make soak`'s (17000-19999, which may run beside the tests), below the
 // ephemeral range. Nothing listens on them: the mux only reserves and records.
-const testPortMin, testPortMax = 17000, 17009
+const testPortMin, testPortMax = 16900, 16909
 
 // TestGoofyClusterWebhook: with the webhook registered in a real API server (envtest's
 // WebhookInstallOptions over config/webhook, the manifests `make manifests` generates), a
