@@ -94,6 +94,7 @@ type soak struct {
 	workload    map[string]*kubernetes.Clientset
 	faulted     string
 	nextCluster int
+	scaledUp    string // the cluster whose MachineDeployment the last churn step scaled up
 }
 
 type writtenConfigMap struct{ cluster, name string }
@@ -297,28 +298,34 @@ func (s *soak) availableClusters(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// churn is one step: one MachineDeployment scaled (up to Workers+1, or back down), the fault
+// churn is one step: the MachineDeployment scaled up a step ago back to Workers and another one
+// up to Workers+1, the fault
 // moved to another cluster (API errors on one cluster at a time), and ConfigMaps written into
 // one cluster in twenty (at least one), none into the faulted one.
 func (s *soak) churn(ctx context.Context) error {
 	s.res.ChurnSteps++
 	n := s.cfg.Clusters
 	var errs []error
-	md := &clusterv1.MachineDeployment{}
-	key := client.ObjectKey{Namespace: namespace, Name: clusterName(s.nextCluster%n) + "-md-0"}
-	if err := s.plane.Client.Get(ctx, key, md); err != nil {
-		errs = append(errs, err)
-	} else {
-		replicas := int32(s.cfg.Workers + 1)
-		if md.Spec.Replicas != nil && *md.Spec.Replicas > int32(s.cfg.Workers) {
-			replicas = int32(s.cfg.Workers)
+	// The load stays level: the cluster scaled up a step ago goes back to its size as the next one
+	// is scaled up, so the fleet holds the same number of machines (±1) throughout, and a growth
+	// within a segment is the manager's, not the fleet's.
+	down := s.scaledUp
+	if s.scaledUp != "" {
+		if err := s.scaleWorkers(ctx, s.scaledUp, int32(s.cfg.Workers)); err != nil {
+			errs = append(errs, err) // tried again next step, before any other is scaled up
+		} else {
+			s.scaledUp = ""
 		}
-		patch := client.MergeFrom(md.DeepCopy())
-		md.Spec.Replicas = &replicas
-		if err := s.plane.Client.Patch(ctx, md, patch); err != nil {
+	}
+	if s.scaledUp == "" {
+		up := clusterName(s.nextCluster % n)
+		if up == down && n > 1 {
+			up = clusterName((s.nextCluster + 1) % n)
+		}
+		if err := s.scaleWorkers(ctx, up, int32(s.cfg.Workers+1)); err != nil {
 			errs = append(errs, err)
 		} else {
-			s.res.ScaledMachineDeployments++
+			s.scaledUp = up
 		}
 	}
 	if s.faulted != "" {
@@ -338,6 +345,21 @@ func (s *soak) churn(ctx context.Context) error {
 	}
 	s.nextCluster++
 	return errors.Join(errs...)
+}
+
+// scaleWorkers sets the replicas of cluster's MachineDeployment.
+func (s *soak) scaleWorkers(ctx context.Context, cluster string, replicas int32) error {
+	md := &clusterv1.MachineDeployment{}
+	if err := s.plane.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: cluster + "-md-0"}, md); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(md.DeepCopy())
+	md.Spec.Replicas = &replicas
+	if err := s.plane.Client.Patch(ctx, md, patch); err != nil {
+		return err
+	}
+	s.res.ScaledMachineDeployments++
+	return nil
 }
 
 // setFault turns API errors (10 % of requests answered 503) on or off on a cluster's GoofyCluster.
