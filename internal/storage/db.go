@@ -182,7 +182,8 @@ func (c Commit) Done() bool {
 }
 
 // InjectFault makes every later commit of a write for which f returns an error fail with it, as a
-// failed transaction would (for tests: a full disk, an I/O error); nil ends it.
+// failed transaction would (for tests: a full disk, an I/O error); nil ends it. f gets an object's
+// key as "<group>/<resource>/<Key>", whatever its form on disk.
 func (db *DB) InjectFault(f func(bucket, key string) error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
@@ -314,7 +315,7 @@ func (db *DB) commitPending() {
 		}
 		v, err := w.encode()
 		if err != nil {
-			failed[w.bucket] = fmt.Errorf("encoding %s in %s: %w", w.key, w.bucket, err)
+			failed[w.bucket] = fmt.Errorf("encoding %s in %s: %w", db.writeName(w.key), w.bucket, err)
 			continue
 		}
 		if w.class != "" {
@@ -335,11 +336,11 @@ func (db *DB) commitPending() {
 					continue
 				}
 				if fault != nil && !w.drop {
-					if err := fault(w.bucket, w.key); err != nil {
-						return fmt.Errorf("writing %s in %s: %w", w.key, w.bucket, err)
+					if err := fault(w.bucket, db.writeName(w.key)); err != nil {
+						return fmt.Errorf("writing %s in %s: %w", db.writeName(w.key), w.bucket, err)
 					}
 				}
-				if err := apply(tx, w, values[i]); err != nil {
+				if err := db.apply(tx, w, values[i]); err != nil {
 					return err
 				}
 				if w.encode != nil && !w.drop {
@@ -435,7 +436,7 @@ func (db *DB) settle(b *batch, failed map[string]error, txs uint64, values [][]b
 }
 
 // apply performs one write in tx; value is the encoded value of a put.
-func apply(tx *bolt.Tx, w write, value []byte) error {
+func (db *DB) apply(tx *bolt.Tx, w write, value []byte) error {
 	name := []byte(w.bucket)
 	if w.drop {
 		if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bolterrors.ErrBucketNotFound) {
@@ -459,7 +460,7 @@ func apply(tx *bolt.Tx, w write, value []byte) error {
 		err = bk.Put(rvKey, binary.BigEndian.AppendUint64(nil, w.rv))
 	}
 	if err != nil {
-		return fmt.Errorf("writing %s in %s: %w", w.key, w.bucket, err)
+		return fmt.Errorf("writing %s in %s: %w", db.writeName(w.key), w.bucket, err)
 	}
 	return nil
 }

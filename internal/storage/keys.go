@@ -130,3 +130,12 @@ func (db *DB) keyName(k string) string {
 	}
 	return fmt.Sprintf("%q", k)
 }
+
+// writeName is what messages and InjectFault call a write's key: an object's as keyName shows
+// it, any other key (a record's, DB.Put's) as it is.
+func (db *DB) writeName(k string) string {
+	if k != "" && k[0] == keyCoded {
+		return db.keyName(k)
+	}
+	return k
+}
