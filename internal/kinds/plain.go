@@ -24,7 +24,6 @@ func init() {
 	}{
 		{resource{core, "endpoints", "Endpoints", true, []string{"ep"}, nil, nil}, []func(*base){withCreateOnUpdate}},
 		{resource{core, "limitranges", "LimitRange", true, []string{"limits"}, nil, nil}, []func(*base){withCreateOnUpdate}},
-		{resource{core, "persistentvolumeclaims", "PersistentVolumeClaim", true, []string{"pvc"}, nil, []string{"status"}}, nil},
 		{resource{core, "resourcequotas", "ResourceQuota", true, []string{"quota"}, nil, []string{"status"}}, nil},
 		{resource{core, "serviceaccounts", "ServiceAccount", true, []string{"sa"}, nil, nil}, nil},
 		{resource{apps, "controllerrevisions", "ControllerRevision", true, nil, nil, nil}, nil},
@@ -37,7 +36,6 @@ func init() {
 		{resource{storage, "csinodes", "CSINode", false, nil, nil, nil}, nil},
 		{resource{storage, "csistoragecapacities", "CSIStorageCapacity", true, nil, nil, nil}, nil},
 		{resource{storage, "storageclasses", "StorageClass", false, []string{"sc"}, nil, nil}, nil},
-		{resource{storage, "volumeattachments", "VolumeAttachment", false, nil, nil, []string{"status"}}, nil},
 		{resource{storage, "volumeattributesclasses", "VolumeAttributesClass", false, []string{"vac"}, nil, nil}, nil},
 		{resource{policyv1.SchemeGroupVersion, "poddisruptionbudgets", "PodDisruptionBudget", true, []string{"pdb"}, nil, []string{"status"}}, []func(*base){withGeneration}},
 		{resource{coordinationv1.SchemeGroupVersion, "leases", "Lease", true, nil, nil, nil}, []func(*base){withCreateOnUpdate}},
