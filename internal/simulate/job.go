@@ -849,14 +849,14 @@ func hasString(list []string, s string) bool {
 	return false
 }
 
-// removeFinalizer drops one finalizer with a JSON patch guarded by the pod's resourceVersion.
-func removeFinalizer(ctx context.Context, c *cluster, p *corev1.Pod, finalizer string) error {
+// removeFinalizer drops one finalizer with a JSON patch guarded by the object's resourceVersion.
+func removeFinalizer(ctx context.Context, c *cluster, obj client.Object, finalizer string) error {
 	var keep []string
-	for _, f := range p.Finalizers {
+	for _, f := range obj.GetFinalizers() {
 		if f != finalizer {
 			keep = append(keep, f)
 		}
 	}
-	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": p.ResourceVersion, "finalizers": keep}})
-	return c.client.Patch(ctx, p.DeepCopy(), client.RawPatch(types.MergePatchType, body))
+	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": obj.GetResourceVersion(), "finalizers": keep}})
+	return c.client.Patch(ctx, obj.DeepCopyObject().(client.Object), client.RawPatch(types.MergePatchType, body))
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,8 +23,10 @@ import (
 )
 
 // kubelet is every node's kubelet, as far as pods go: a pod bound to a Ready node starts
-// (Pending → Running) PodStartDelay after its binding, with an IP from the node's podCIDR and
-// the container statuses and conditions the kubelet reports; a container with a readiness probe
+// (Pending → Running) PodStartDelay after its binding, or once its PersistentVolumeClaims are
+// bound and their volumes attached and in use (kubeletvolumes.go) when that is later, with an
+// IP from the node's podCIDR and the container statuses and conditions the kubelet reports; a
+// container with a readiness probe
 // turns ready after its initialDelaySeconds. While a node is not Ready its pods are not ready
 // (kube-controller-manager's node lifecycle controller marks them so); when it is Ready again
 // they are. Static pods are the machine controller's (package workload), and a pod's graceful
@@ -36,7 +39,7 @@ type kubelet struct {
 func newKubelet(c *cluster, idx int) *kubelet { return &kubelet{c: c, idx: idx} }
 
 func (k *kubelet) resources() []schema.GroupResource {
-	return []schema.GroupResource{podsGR, nodesGR}
+	return []schema.GroupResource{podsGR, nodesGR, pvcsGR}
 }
 
 func (k *kubelet) observe(ch store.Change) {
@@ -55,11 +58,28 @@ func (k *kubelet) observe(ch store.Change) {
 	case *corev1.Node:
 		old, _ := ch.Old.(*corev1.Node)
 		if old != nil && nodeReady(old) == nodeReady(obj) {
+			if !slices.Equal(old.Status.VolumesAttached, obj.Status.VolumesAttached) || !slices.Equal(old.Status.VolumesInUse, obj.Status.VolumesInUse) {
+				// Volumes attached or in use: the pods waiting for them may start.
+				for _, p := range k.c.cache.podsOn(obj.Name) {
+					if p.Status.Phase == corev1.PodPending && isActive(p) && claimVolumes(p) {
+						k.c.enqueue(k.idx, keyOf(p))
+					}
+				}
+			}
 			return
 		}
 		for _, p := range k.c.cache.podsOn(obj.Name) {
 			if !isMirrorPod(p) && isActive(p) {
 				k.c.enqueue(k.idx, keyOf(p))
+			}
+		}
+	case *corev1.PersistentVolumeClaim:
+		// A claim bound: the pods on nodes waiting for it may start.
+		if old, _ := ch.Old.(*corev1.PersistentVolumeClaim); obj.Status.Phase == corev1.ClaimBound && (old == nil || old.Status.Phase != corev1.ClaimBound) {
+			for _, p := range k.c.cache.podsIn(obj.Namespace) {
+				if p.Spec.NodeName != "" && p.Status.Phase == corev1.PodPending && isActive(p) && usesClaim(p, obj.Name) {
+					k.c.enqueue(k.idx, keyOf(p))
+				}
 			}
 		}
 	}
@@ -84,6 +104,9 @@ func (k *kubelet) sync(ctx context.Context, key string) error {
 		if wait := startsAt(pod, k.c.podStartDelay()).Sub(now); wait > 0 {
 			k.c.after(wait, k.idx, key)
 			return nil
+		}
+		if !k.c.volumesMounted(pod, node) {
+			return nil // its claims' binding or its node's volumes queue it again
 		}
 		ip, ok := k.podIP(pod, node)
 		if !ok {

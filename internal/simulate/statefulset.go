@@ -27,8 +27,9 @@ import (
 // change replaces pods from the highest ordinal down, one at a time, above the rolling update's
 // partition; status with currentRevision and updateRevision as `kubectl rollout status` reads
 // them, and the ControllerRevisions `kubectl rollout history` and `undo` read (history.go);
-// each ordinal's PersistentVolumeClaims of the volumeClaimTemplates, Bound at once and kept on
-// scale-down (the default retention policy).
+// each ordinal's PersistentVolumeClaims of the volumeClaimTemplates, created before its pod
+// (the PersistentVolume controller binds them) and kept on scale-down (the default retention
+// policy).
 type statefulSetController struct {
 	c   *cluster
 	idx int
@@ -267,9 +268,10 @@ func claimName(template, set string, ord int) string {
 }
 
 // createClaims creates the ordinal's PersistentVolumeClaims that do not exist yet, from the
-// set's volumeClaimTemplates with the set's selector labels, and binds them at once (the
-// simulated provisioner: phase Bound, the requested storage as capacity). Existing claims, those
-// kept when the set scaled down (the default retention policy, Retain), are used again.
+// set's volumeClaimTemplates with the set's selector labels; the PersistentVolume controller
+// (persistentvolume.go) provisions and binds them, as upstream, where the StatefulSet controller
+// binds nothing. Existing claims, those kept when the set scaled down (the default retention
+// policy, Retain), are used again.
 func (s *statefulSetController) createClaims(ctx context.Context, set *appsv1.StatefulSet, ord int) error {
 	for _, tmpl := range set.Spec.VolumeClaimTemplates {
 		pvc := &corev1.PersistentVolumeClaim{
@@ -285,22 +287,7 @@ func (s *statefulSetController) createClaims(ctx context.Context, set *appsv1.St
 				pvc.Labels[k] = v
 			}
 		}
-		err := s.c.client.Create(ctx, pvc)
-		if apierrors.IsAlreadyExists(err) {
-			err = s.c.client.Get(ctx, client.ObjectKeyFromObject(pvc), pvc)
-		}
-		if err != nil {
-			return err
-		}
-		if pvc.Status.Phase == corev1.ClaimBound {
-			continue
-		}
-		pvc.Status.Phase = corev1.ClaimBound
-		pvc.Status.AccessModes = pvc.Spec.AccessModes
-		if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
-			pvc.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: q}
-		}
-		if err := s.c.client.Status().Update(ctx, pvc); err != nil {
+		if err := s.c.client.Create(ctx, pvc); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}

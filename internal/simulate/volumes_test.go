@@ -2,25 +2,27 @@ package simulate_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
 )
 
-// TestStatefulSetVolumeClaims: each ordinal gets the PersistentVolumeClaims of the
-// volumeClaimTemplates, <claim>-<set>-<ordinal>, Bound, with the set's selector labels, and its
-// pod mounts them; a scale-down keeps them (Retain) and the pod that comes back uses them again.
-func TestStatefulSetVolumeClaims(t *testing.T) {
-	g := NewWithT(t)
-	e := newWorkerEnv(t)
-	ctx := context.Background()
-	manifest := strings.Replace(statefulSetManifest, "replicas: 3", "replicas: 2", 1) + `  volumeClaimTemplates:
+// rollOutStatefulSetWithClaims applies StatefulSet db with that many replicas and a claim
+// template "data" of 1Gi, and waits for its rollout.
+func (e *env) rollOutStatefulSetWithClaims(replicas int) {
+	e.t.Helper()
+	manifest := strings.Replace(statefulSetManifest, "replicas: 3", fmt.Sprintf("replicas: %d", replicas), 1) + `  volumeClaimTemplates:
   - metadata: {name: data}
     spec:
       accessModes: [ReadWriteOnce]
@@ -28,6 +30,17 @@ func TestStatefulSetVolumeClaims(t *testing.T) {
 `
 	e.kubectl(true, manifest, "apply", "-f", "-")
 	e.kubectl(true, "", "rollout", "status", "statefulset/db", "--timeout=60s")
+}
+
+// TestStatefulSetVolumeClaims: each ordinal gets the PersistentVolumeClaims of the
+// volumeClaimTemplates, <claim>-<set>-<ordinal>, with the set's selector labels, which the
+// PersistentVolume controller binds to a provisioned volume, and its pod mounts them; a
+// scale-down keeps them (Retain) and the pod that comes back uses them again.
+func TestStatefulSetVolumeClaims(t *testing.T) {
+	g := NewWithT(t)
+	e := newWorkerEnv(t)
+	ctx := context.Background()
+	e.rollOutStatefulSetWithClaims(2)
 	uids := map[string]types.UID{}
 	for _, name := range []string{"data-db-0", "data-db-1"} {
 		pvc, err := e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, name, metav1.GetOptions{})
@@ -36,6 +49,10 @@ func TestStatefulSetVolumeClaims(t *testing.T) {
 		g.Expect(pvc.Status.Capacity.Storage().Equal(resource.MustParse("1Gi"))).To(BeTrue())
 		g.Expect(pvc.Status.AccessModes).To(Equal([]corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}))
 		g.Expect(pvc.Labels).To(HaveKeyWithValue("app", "db"))
+		g.Expect(pvc.Spec.VolumeName).To(Equal("pvc-"+string(pvc.UID)), "provisioned and bound by the PersistentVolume controller")
+		pv, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pv.Status.Phase).To(Equal(corev1.VolumeBound))
 		uids[name] = pvc.UID
 	}
 	pod, err := e.cs.CoreV1().Pods("default").Get(ctx, "db-1", metav1.GetOptions{})
@@ -60,4 +77,227 @@ func TestStatefulSetVolumeClaims(t *testing.T) {
 	claims, err := e.cs.CoreV1().PersistentVolumeClaims("default").List(ctx, metav1.ListOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(claims.Items).To(HaveLen(2))
+}
+
+const claimManifest = `apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: data
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 2Gi}}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: app
+spec:
+  containers:
+  - name: app
+    image: busybox:1.36
+  volumes:
+  - name: data
+    persistentVolumeClaim: {claimName: data}
+`
+
+// attachment is the VolumeAttachment name the CSI attacher gives a volume on a node.
+func attachment(pv *corev1.PersistentVolume, node string) string {
+	return fmt.Sprintf("csi-%x", sha256.Sum256([]byte(pv.Spec.CSI.VolumeHandle+pv.Spec.CSI.Driver+node)))
+}
+
+// TestClaimProvisionedBoundAttachedAndDeleted: a claim without a class that kubectl creates
+// gets a volume pvc-<uid> from the simulated CSI provisioner, both Bound with the fields and
+// annotations upstream's PersistentVolume controller and external provisioner set; the pod that
+// mounts it starts once its node lists the volume attached (a VolumeAttachment, attached) and in
+// use. Deleting the claim waits for the pod (pvc-protection); once the pod is gone the volume is
+// detached, and the claim and its volume (policy Delete) are deleted.
+func TestClaimProvisionedBoundAttachedAndDeleted(t *testing.T) {
+	g := NewWithT(t)
+	e := newWorkerEnv(t)
+	ctx := context.Background()
+	e.kubectl(true, claimManifest, "apply", "-f", "-")
+	e.kubectl(true, "", "wait", "--for=condition=Ready", "pod/app", "--timeout=30s")
+
+	pvc, err := e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pvc.Status.Phase).To(Equal(corev1.ClaimBound))
+	g.Expect(pvc.Spec.VolumeName).To(Equal("pvc-" + string(pvc.UID)))
+	g.Expect(pvc.Annotations).To(And(HaveKeyWithValue("pv.kubernetes.io/bind-completed", "yes"),
+		HaveKeyWithValue("pv.kubernetes.io/bound-by-controller", "yes"),
+		HaveKeyWithValue("volume.kubernetes.io/storage-provisioner", simulate.CSIDriver),
+		HaveKeyWithValue("volume.beta.kubernetes.io/storage-provisioner", simulate.CSIDriver)))
+	g.Expect(pvc.Finalizers).To(ContainElement("kubernetes.io/pvc-protection"))
+	g.Expect(pvc.Status.Capacity.Storage().Equal(resource.MustParse("2Gi"))).To(BeTrue())
+	g.Expect(pvc.Status.AccessModes).To(Equal([]corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}))
+
+	pv, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pv.Status.Phase).To(Equal(corev1.VolumeBound))
+	g.Expect(pv.Annotations).To(HaveKeyWithValue("pv.kubernetes.io/provisioned-by", simulate.CSIDriver))
+	g.Expect(pv.Annotations).NotTo(HaveKey("pv.kubernetes.io/bound-by-controller"), "provisioned pre-bound")
+	g.Expect(pv.Spec.Capacity.Storage().Equal(resource.MustParse("2Gi"))).To(BeTrue())
+	g.Expect(pv.Spec.AccessModes).To(Equal([]corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}))
+	g.Expect(pv.Spec.PersistentVolumeReclaimPolicy).To(Equal(corev1.PersistentVolumeReclaimDelete))
+	g.Expect(pv.Spec.StorageClassName).To(BeEmpty())
+	g.Expect(*pv.Spec.VolumeMode).To(Equal(corev1.PersistentVolumeFilesystem))
+	g.Expect(pv.Spec.ClaimRef).NotTo(BeNil())
+	g.Expect(*pv.Spec.ClaimRef).To(And(HaveField("Kind", "PersistentVolumeClaim"), HaveField("APIVersion", "v1"),
+		HaveField("Namespace", "default"), HaveField("Name", "data"), HaveField("UID", pvc.UID),
+		HaveField("ResourceVersion", Not(BeEmpty()))))
+	g.Expect(pv.Spec.CSI).NotTo(BeNil())
+	g.Expect(pv.Spec.CSI.Driver).To(Equal(simulate.CSIDriver))
+	g.Expect(pv.Spec.CSI.VolumeHandle).NotTo(BeEmpty())
+
+	// Attached to the pod's node, and in use there.
+	volumeName := corev1.UniqueVolumeName("kubernetes.io/csi/" + simulate.CSIDriver + "^" + pv.Spec.CSI.VolumeHandle)
+	node, err := e.cs.CoreV1().Nodes().Get(ctx, "worker-0", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(node.Status.VolumesAttached).To(Equal([]corev1.AttachedVolume{{Name: volumeName, DevicePath: ""}}))
+	g.Expect(node.Status.VolumesInUse).To(Equal([]corev1.UniqueVolumeName{volumeName}))
+	va, err := e.cs.StorageV1().VolumeAttachments().Get(ctx, attachment(pv, "worker-0"), metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(va.Status.Attached).To(BeTrue())
+	g.Expect(va.Spec.Attacher).To(Equal(simulate.CSIDriver))
+	g.Expect(va.Spec.NodeName).To(Equal("worker-0"))
+	g.Expect(va.Spec.Source.PersistentVolumeName).To(Equal(&pv.Name))
+
+	// The claim's deletion waits for its pod.
+	g.Expect(e.cs.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "data", metav1.DeleteOptions{})).To(Succeed())
+	pvc, err = e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred(), "held by kubernetes.io/pvc-protection while the pod runs")
+	g.Expect(pvc.DeletionTimestamp).NotTo(BeNil())
+
+	g.Expect(e.cs.CoreV1().Pods("default").Delete(ctx, "app", metav1.DeleteOptions{})).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		_, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the volume of policy Delete is deleted")
+	}, safetyTimeout, poll).Should(Succeed())
+	_, err = e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data", metav1.GetOptions{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
+	_, err = e.cs.StorageV1().VolumeAttachments().Get(ctx, va.Name, metav1.GetOptions{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "detached before the volume went")
+	node, err = e.cs.CoreV1().Nodes().Get(ctx, "worker-0", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(node.Status.VolumesAttached).To(BeEmpty())
+	g.Expect(node.Status.VolumesInUse).To(BeEmpty())
+}
+
+// TestClaimsOfClassesAndPreBoundVolumes: a claim of a StorageClass gets a volume of the class's
+// provisioner and reclaim policy (Retain: the volume stays Released when the claim goes); a
+// claim of class "" binds the volume a user pre-bound to it, and nothing is provisioned for it.
+func TestClaimsOfClassesAndPreBoundVolumes(t *testing.T) {
+	g := NewWithT(t)
+	e := newWorkerEnv(t)
+	ctx := context.Background()
+	e.kubectl(true, `apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: kept
+provisioner: disk.example.com
+reclaimPolicy: Retain
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: kept
+spec:
+  storageClassName: kept
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: static
+spec:
+  storageClassName: ""
+  capacity: {storage: 5Gi}
+  accessModes: [ReadWriteMany]
+  hostPath: {path: /data}
+  claimRef: {namespace: default, name: static}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: static
+spec:
+  storageClassName: ""
+  accessModes: [ReadWriteMany]
+  resources: {requests: {storage: 1Gi}}
+`, "apply", "-f", "-")
+	var kept *corev1.PersistentVolumeClaim
+	g.Eventually(func(g Gomega) {
+		var err error
+		kept, err = e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "kept", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(kept.Status.Phase).To(Equal(corev1.ClaimBound))
+		static, err := e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "static", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(static.Status.Phase).To(Equal(corev1.ClaimBound))
+		g.Expect(static.Spec.VolumeName).To(Equal("static"))
+		g.Expect(static.Status.Capacity.Storage().Equal(resource.MustParse("5Gi"))).To(BeTrue(), "the volume's capacity")
+	}, safetyTimeout, poll).Should(Succeed())
+	pv, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, kept.Spec.VolumeName, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pv.Annotations).To(HaveKeyWithValue("pv.kubernetes.io/provisioned-by", "disk.example.com"))
+	g.Expect(pv.Spec.CSI.Driver).To(Equal("disk.example.com"))
+	g.Expect(pv.Spec.StorageClassName).To(Equal("kept"))
+	g.Expect(pv.Spec.PersistentVolumeReclaimPolicy).To(Equal(corev1.PersistentVolumeReclaimRetain))
+	static, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, "static", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(static.Status.Phase).To(Equal(corev1.VolumeBound))
+	g.Expect(static.Spec.PersistentVolumeReclaimPolicy).To(Equal(corev1.PersistentVolumeReclaimRetain), "the API's default")
+	g.Expect(static.Annotations).NotTo(HaveKey("pv.kubernetes.io/bound-by-controller"), "pre-bound by the user")
+	pvs, err := e.cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pvs.Items).To(HaveLen(2), "none provisioned for the claim of class \"\"")
+
+	g.Expect(e.cs.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "kept", metav1.DeleteOptions{})).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		pv, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, kept.Spec.VolumeName, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred(), "Retain keeps the volume")
+		g.Expect(pv.Status.Phase).To(Equal(corev1.VolumeReleased))
+	}, safetyTimeout, poll).Should(Succeed())
+}
+
+// TestDrainDetachesStatefulSetVolume: a StatefulSet pod's volume is attached to its node
+// (VolumeAttachment, node.status.volumesAttached and volumesInUse); `kubectl drain` evicts the
+// pod, and once it is gone the volume leaves volumesInUse, then volumesAttached, and its
+// VolumeAttachment is deleted: what CAPI's drain waits for before it deletes the Node. The claim
+// and its volume stay (the set's retention policy, Retain).
+func TestDrainDetachesStatefulSetVolume(t *testing.T) {
+	g := NewWithT(t)
+	e := newWorkerEnv(t)
+	ctx := context.Background()
+	e.rollOutStatefulSetWithClaims(1)
+	pvc, err := e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data-db-0", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	pv, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	volumeName := corev1.UniqueVolumeName("kubernetes.io/csi/" + pv.Spec.CSI.Driver + "^" + pv.Spec.CSI.VolumeHandle)
+	node, err := e.cs.CoreV1().Nodes().Get(ctx, "worker-0", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(node.Status.VolumesAttached).To(Equal([]corev1.AttachedVolume{{Name: volumeName}}))
+	g.Expect(node.Status.VolumesInUse).To(Equal([]corev1.UniqueVolumeName{volumeName}))
+	va, err := e.cs.StorageV1().VolumeAttachments().Get(ctx, attachment(pv, "worker-0"), metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(va.Status.Attached).To(BeTrue())
+
+	e.kubectl(true, "", "drain", "worker-0", "--ignore-daemonsets", "--timeout=60s")
+	g.Eventually(func(g Gomega) {
+		node, err := e.cs.CoreV1().Nodes().Get(ctx, "worker-0", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(node.Status.VolumesInUse).To(BeEmpty())
+		g.Expect(node.Status.VolumesAttached).To(BeEmpty())
+		_, err = e.cs.StorageV1().VolumeAttachments().Get(ctx, va.Name, metav1.GetOptions{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue())
+	}, safetyTimeout, poll).Should(Succeed())
+	pvc, err = e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data-db-0", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pvc.Status.Phase).To(Equal(corev1.ClaimBound), "kept for the pod that comes back")
+	g.Eventually(func(g Gomega) {
+		pod, err := e.cs.CoreV1().Pods("default").Get(ctx, "db-0", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pod.Spec.NodeName).To(BeEmpty(), "the replacement waits for a schedulable node")
+	}, safetyTimeout, poll).Should(Succeed())
 }
