@@ -121,9 +121,9 @@ test: $(TESTREPORT) ## Unit and envtest tests of every package but the process-p
 	go -C test/helm test -json $(GO_TEST_FLAGS) -timeout 10m ./... | $(TESTREPORT) -name helm -json-out out/test-report/helm.json
 
 .PHONY: e2e
-e2e: $(TESTREPORT) ## Process-plane end-to-end scenarios against real CAPI (test/e2e/...; builds kube-controller-manager, the CAPI managers and clusterctl first, cached; docs/e2e.md).
+e2e: $(TESTREPORT) ## Process-plane end-to-end scenarios against real CAPI (test/e2e/...; builds the plane's controllers, the CAPI managers and clusterctl first, cached; docs/e2e.md).
 	@echo "== building the plane's binaries first (cached; the first time takes 15-20 minutes on 2 cores)"
-	ENVTEST_BINARIES="kube-apiserver kubectl etcd etcdctl kube-controller-manager" hack/envtest.sh >/dev/null
+	ENVTEST_BINARIES="kube-apiserver kubectl etcd etcdctl plane-controllers" hack/envtest.sh >/dev/null
 	hack/capi-managers.sh >/dev/null
 	@mkdir -p out/test-report; rm -f out/e2e/status
 	GOOFY_E2E=1 go test -json -count=1 $(GO_TEST_FLAGS) -timeout 60m $(E2E_PKGS) | $(TESTREPORT) -v -name e2e -json-out out/test-report/e2e.json

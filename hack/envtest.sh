@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Builds the envtest binaries (kube-apiserver, kubectl, kube-controller-manager, etcd, etcdctl) from Go
-# modules, because prebuilt binaries cannot be downloaded here. Results are cached per version under the
+# Builds the envtest binaries (kube-apiserver, kubectl, etcd, etcdctl) and the end-to-end plane's
+# controllers (hack/plane-controllers: kube-controller-manager's garbage collector and namespace
+# controller) from Go modules, because prebuilt binaries cannot be downloaded here. Results are cached per version under the
 # user cache dir and reused; a preset KUBEBUILDER_ASSETS is honoured. The last line printed on stdout is
 # the directory to use as KUBEBUILDER_ASSETS; progress goes to stderr.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.36.3}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.14}"
-# Which binaries to build; kube-controller-manager is only needed by the end-to-end harness.
+# Which binaries to build; plane-controllers is only needed by the end-to-end harness.
 BINARIES="${ENVTEST_BINARIES:-kube-apiserver kubectl etcd etcdctl}"
 
 repo_root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -34,18 +35,26 @@ k8s_tools="${cache_root}/envtest/tools-k8s-${K8S_VERSION}"
 etcd_tools="${cache_root}/envtest/tools-etcd-${ETCD_VERSION}"
 
 # Both tools modules build with Goofy's versions of the modules they share with it (hack/module-pins.sh):
-# kube-apiserver, kube-controller-manager and kubectl share k8s.io/api, client-go, apiserver, gRPC,
+# kube-apiserver, kubectl and the plane's controllers share k8s.io/api, client-go, apiserver, gRPC,
 # etcd's client and more with Goofy, and etcd shares gRPC, bbolt, zap and golang.org/x/*. Goofy's
 # versions are the same or newer patch and minor releases of those (its k8s.io modules are the
 # release's own, v0.36.x for v1.36.x), so the sources of kube-apiserver and etcd stay the released
 # ones while their shared packages are compiled once per run instead of twice.
 pins_hash="$(goofy_pins_hash)"
 
+# The plane's controllers are Goofy's own main package over upstream's controllers: it builds in the
+# Kubernetes tools module, and its binary is rebuilt when its source changes.
+plane_source="${repo_root}/hack/plane-controllers/main.go"
+plane_hash="$(sha256sum "${plane_source}" | cut -d' ' -f1)"
+
 prepare_k8s_module() {
-  mkdir -p "${k8s_tools}"
-  # .tidy-done holds the pins' hash and is written only after go mod tidy succeeded: an interrupted
-  # tidy (a partial go.sum), or one for other pins, is run again instead of being reused.
-  [[ "$(cat "${k8s_tools}/.tidy-done" 2>/dev/null)" == "${pins_hash}" ]] && return 0
+  mkdir -p "${k8s_tools}/plane-controllers"
+  cp "${plane_source}" "${k8s_tools}/plane-controllers/main.go"
+  # .tidy-done holds the pins' and the plane's source's hashes and is written only after go mod tidy
+  # succeeded: an interrupted tidy (a partial go.sum), or one for other pins, is run again instead of
+  # being reused.
+  local tidy_key="${pins_hash}-${plane_hash}"
+  [[ "$(cat "${k8s_tools}/.tidy-done" 2>/dev/null)" == "${tidy_key}" ]] && return 0
   log "preparing tools module for k8s.io/kubernetes ${K8S_VERSION} with Goofy's module versions"
   local staging=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider
     cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api cri-client
@@ -70,13 +79,12 @@ package tools
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 )
 GO
   pin_to_goofy_versions "${k8s_tools}" '^k8s\.io/kubernetes@'
   cp "${repo_root}/go.sum" "${k8s_tools}/go.sum"
-  (cd "${k8s_tools}" && GOFLAGS=-mod=mod go mod tidy -e >&2) && printf '%s' "${pins_hash}" > "${k8s_tools}/.tidy-done"
+  (cd "${k8s_tools}" && GOFLAGS=-mod=mod go mod tidy -e >&2) && printf '%s' "${tidy_key}" > "${k8s_tools}/.tidy-done"
 }
 
 prepare_etcd_module() {
@@ -120,9 +128,13 @@ k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} \
 # binaries, and as Goofy's own build does: with the pins above, the packages both compile are shared.
 k8s_missing=(); etcd_missing=()
 for bin in ${BINARIES}; do
-  [[ -x "${out}/${bin}" ]] && continue
+  if [[ "${bin}" == plane-controllers ]]; then
+    [[ -x "${out}/${bin}" && "$(cat "${out}/${bin}.sha256" 2>/dev/null)" == "${plane_hash}" ]] && continue
+  else
+    [[ -x "${out}/${bin}" ]] && continue
+  fi
   case "${bin}" in
-    kube-apiserver|kubectl|kube-controller-manager) k8s_missing+=("${bin}") ;;
+    kube-apiserver|kubectl|plane-controllers) k8s_missing+=("${bin}") ;;
     etcd|etcdctl) etcd_missing+=("${bin}") ;;
     *) log "unknown binary ${bin}"; exit 1 ;;
   esac
@@ -169,9 +181,18 @@ k8s_status=0
 if (( ${#k8s_missing[@]} )); then
   prepare_k8s_module
   k8s_pairs=()
-  for bin in "${k8s_missing[@]}"; do k8s_pairs+=("${bin}=k8s.io/kubernetes/cmd/${bin}"); done
-  log "kube-apiserver, kube-controller-manager and kubectl take about 18 minutes on 2 cores the first time"
-  build_into "${k8s_tools}" "${k8s_ldflags}" "${k8s_pairs[@]}" || k8s_status=$?
+  for bin in "${k8s_missing[@]}"; do
+    case "${bin}" in
+      plane-controllers) k8s_pairs+=("${bin}=goofy.local/envtest-k8s/plane-controllers") ;;
+      *) k8s_pairs+=("${bin}=k8s.io/kubernetes/cmd/${bin}") ;;
+    esac
+  done
+  log "kube-apiserver and kubectl take about 15 minutes on 2 cores the first time"
+  if build_into "${k8s_tools}" "${k8s_ldflags}" "${k8s_pairs[@]}"; then
+    [[ " ${k8s_missing[*]} " == *" plane-controllers "* ]] && printf '%s' "${plane_hash}" > "${out}/plane-controllers.sha256"
+  else
+    k8s_status=$?
+  fi
 fi
 if [[ -n "${etcd_pid}" ]]; then wait "${etcd_pid}" || exit 1; fi
 (( k8s_status == 0 )) || exit "${k8s_status}"

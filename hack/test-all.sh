@@ -55,7 +55,7 @@ finish() {
 }
 
 # The binaries the planes run are built first, once (no-ops when .ci/run built them).
-ENVTEST_BINARIES="kube-apiserver kubectl etcd etcdctl kube-controller-manager" hack/envtest.sh >/dev/null
+ENVTEST_BINARIES="kube-apiserver kubectl etcd etcdctl plane-controllers" hack/envtest.sh >/dev/null
 hack/capi-managers.sh >/dev/null
 make --no-print-directory tools >/dev/null
 # The Goofy manager every plane of the run runs, built once (harness.PrebuiltManagerEnv).

@@ -2,10 +2,8 @@ package harness
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,10 +18,11 @@ const CAPIVersion = "v1.14.2"
 
 // Binaries locates everything the plane runs.
 type Binaries struct {
-	// Assets holds etcd, kube-apiserver, kube-controller-manager and kubectl (hack/envtest.sh).
+	// Assets holds etcd, kube-apiserver, kubectl and plane-controllers (hack/envtest.sh).
 	Assets string
-	// ControllerManager is kube-controller-manager (normally inside Assets).
-	ControllerManager string
+	// PlaneControllers runs kube-controller-manager's garbage collector and namespace controller
+	// (hack/plane-controllers; normally inside Assets).
+	PlaneControllers string
 	// CAPI holds cluster-api-manager, kubeadm-bootstrap-manager, kubeadm-control-plane-manager and
 	// clusterctl (hack/capi-managers.sh).
 	CAPI string
@@ -41,7 +40,7 @@ func (b Binaries) Clusterctl() string { return filepath.Join(b.CAPI, "clusterctl
 
 func (b Binaries) check(needGoofy bool) error {
 	need := []string{
-		filepath.Join(b.Assets, "etcd"), filepath.Join(b.Assets, "kube-apiserver"), b.ControllerManager,
+		filepath.Join(b.Assets, "etcd"), filepath.Join(b.Assets, "kube-apiserver"), b.PlaneControllers,
 		filepath.Join(b.CAPI, "cluster-api-manager"), filepath.Join(b.CAPI, "kubeadm-bootstrap-manager"),
 		filepath.Join(b.CAPI, "kubeadm-control-plane-manager"),
 	}
@@ -71,10 +70,10 @@ func DefaultBinaries(repoRoot string) Binaries {
 	if assets == "" {
 		assets = testenv.EnvtestDir()
 	}
-	kcm := filepath.Join(assets, "kube-controller-manager")
-	if _, err := os.Stat(kcm); err != nil {
+	controllers := filepath.Join(assets, "plane-controllers")
+	if _, err := os.Stat(controllers); err != nil {
 		// KUBEBUILDER_ASSETS may point elsewhere; the harness's own build lands in the cache.
-		kcm = filepath.Join(testenv.EnvtestDir(), "kube-controller-manager")
+		controllers = filepath.Join(testenv.EnvtestDir(), "plane-controllers")
 	}
 	capi := os.Getenv("GOOFY_CAPI_BIN_DIR")
 	if capi == "" {
@@ -87,7 +86,7 @@ func DefaultBinaries(repoRoot string) Binaries {
 	if goofy == "" {
 		goofy = filepath.Join(repoRoot, "bin", "goofy-e2e-manager")
 	}
-	return Binaries{Assets: assets, ControllerManager: kcm, CAPI: capi, CAPIModule: capiModuleDir(), Goofy: goofy}
+	return Binaries{Assets: assets, PlaneControllers: controllers, CAPI: capi, CAPIModule: capiModuleDir(), Goofy: goofy}
 }
 
 // capiModuleDir finds the CAPI module in the module cache without the network.
@@ -103,12 +102,12 @@ func capiModuleDir() string {
 }
 
 // EnsureBinaries builds whatever is missing, showing the build scripts' progress on w: the envtest
-// binaries including kube-controller-manager (hack/envtest.sh), the CAPI managers and clusterctl
+// binaries including plane-controllers (hack/envtest.sh), the CAPI managers and clusterctl
 // (hack/capi-managers.sh), and the Goofy manager from repoRoot (always rebuilt; Go's build cache
 // makes that quick when nothing changed).
 func EnsureBinaries(ctx context.Context, repoRoot string, w io.Writer) (Binaries, error) {
-	// An empty KUBEBUILDER_ASSETS makes the script build into (and report) its cache, kube-controller-manager included.
-	env := []string{"KUBEBUILDER_ASSETS=", "ENVTEST_BINARIES=kube-apiserver kubectl etcd etcdctl kube-controller-manager"}
+	// An empty KUBEBUILDER_ASSETS makes the script build into (and report) its cache, plane-controllers included.
+	env := []string{"KUBEBUILDER_ASSETS=", "ENVTEST_BINARIES=kube-apiserver kubectl etcd etcdctl plane-controllers"}
 	assets, err := runScript(ctx, repoRoot, w, env, "hack/envtest.sh")
 	if err != nil {
 		return Binaries{}, err
@@ -123,8 +122,8 @@ func EnsureBinaries(ctx context.Context, repoRoot string, w io.Writer) (Binaries
 	}
 	b := DefaultBinaries(repoRoot)
 	b.Assets, b.CAPI = assets, capi
-	if _, err := os.Stat(filepath.Join(assets, "kube-controller-manager")); err == nil {
-		b.ControllerManager = filepath.Join(assets, "kube-controller-manager")
+	if _, err := os.Stat(filepath.Join(assets, "plane-controllers")); err == nil {
+		b.PlaneControllers = filepath.Join(assets, "plane-controllers")
 	}
 	if err := BuildGoofy(ctx, repoRoot, b.Goofy, w); err != nil {
 		return Binaries{}, err
@@ -198,12 +197,4 @@ func runIn(ctx context.Context, dir string, w io.Writer, env []string, name stri
 		return out.String(), fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
 	}
 	return out.String(), nil
-}
-
-// waitHTTPSOK is waitHTTPOK for a component serving its health endpoint with a self-signed
-// certificate (kube-controller-manager); the probe checks liveness, not identity.
-func waitHTTPSOK(ctx context.Context, p *Process, url string) error {
-	return pollHTTPOK(ctx, p, url, &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // health probe of a local process
-	}})
 }

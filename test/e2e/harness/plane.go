@@ -1,7 +1,7 @@
 // Package harness runs a complete Cluster API management plane on this machine, as processes:
-// etcd, kube-apiserver and kube-controller-manager (garbage collector and namespace controllers),
-// CAPI's core, kubeadm bootstrap and kubeadm control-plane managers with their webhooks registered
-// against local webhook servers, and the Goofy manager. The quick start (`make run`) and the
+// etcd, kube-apiserver, kube-controller-manager's garbage collector and namespace controller
+// (hack/plane-controllers), CAPI's core, kubeadm bootstrap and kubeadm control-plane managers with
+// their webhooks registered against local webhook servers, and the Goofy manager. The quick start (`make run`) and the
 // end-to-end suite both use it.
 package harness
 
@@ -134,7 +134,7 @@ func Start(ctx context.Context, opts Options) (_ *Plane, retErr error) {
 		p.progress("bare management cluster ready")
 		return p, nil
 	}
-	if err := p.startControllerManager(ctx); err != nil {
+	if err := p.startPlaneControllers(ctx); err != nil {
 		return nil, err
 	}
 	if err := p.startCAPI(ctx); err != nil {
@@ -212,37 +212,31 @@ func (p *Plane) startAPIServer() error {
 	return err
 }
 
-// startControllerManager runs kube-controller-manager with the controllers that make deletion
-// behave as in a real cluster: the garbage collector (owner references) and namespace deletion.
-func (p *Plane) startControllerManager(ctx context.Context) error {
-	p.progress("starting kube-controller-manager (garbage collector, namespace controller)")
+// startPlaneControllers runs kube-controller-manager's two controllers that make deletion behave as
+// in a real cluster, the garbage collector (owner references) and the namespace controller, as
+// hack/plane-controllers (upstream's controllers without the rest of kube-controller-manager).
+func (p *Plane) startPlaneControllers(ctx context.Context) error {
+	p.progress("starting the plane's controllers (garbage collector, namespace controller)")
 	ports, err := processPorts(1)
 	if err != nil {
 		return err
 	}
 	port := ports[0]
 	proc := &Process{
-		Name:    "kube-controller-manager",
-		Path:    p.opts.Binaries.ControllerManager,
-		LogFile: p.logFile("kube-controller-manager"),
+		Name:    "plane-controllers",
+		Path:    p.opts.Binaries.PlaneControllers,
+		LogFile: p.logFile("plane-controllers"),
 		Args: []string{
 			"--kubeconfig=" + p.Kubeconfig,
-			"--authentication-kubeconfig=" + p.Kubeconfig,
-			"--authorization-kubeconfig=" + p.Kubeconfig,
-			"--controllers=garbage-collector-controller,namespace-controller",
-			"--leader-elect=false",
-			"--bind-address=127.0.0.1",
-			fmt.Sprintf("--secure-port=%d", port),
-			"--cert-dir=" + filepath.Join(p.opts.OutputDir, "certs", "kube-controller-manager"),
+			"--health-address=" + hostPort(port),
 		},
 	}
 	if err := p.track(proc); err != nil {
 		return err
 	}
-	// /healthz of the secure port is open to anonymous users by default (--authorization-always-allow-paths).
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	return waitHTTPSOK(wctx, proc, fmt.Sprintf("https://%s/healthz", hostPort(port)))
+	return waitHTTPOK(wctx, proc, fmt.Sprintf("http://%s/healthz", hostPort(port)))
 }
 
 func (p *Plane) track(proc *Process) error {

@@ -30,7 +30,7 @@ import (
 func TestPlaneWithCAPI(t *testing.T) {
 	bins := DefaultBinaries(testenv.RepoRoot())
 	if err := bins.check(false); err != nil {
-		t.Skipf("management plane binaries not built (run hack/capi-managers.sh and ENVTEST_BINARIES='kube-controller-manager' hack/envtest.sh): %v", err)
+		t.Skipf("management plane binaries not built (run hack/capi-managers.sh and ENVTEST_BINARIES='plane-controllers' hack/envtest.sh): %v", err)
 	}
 	ctrllog.SetLogger(logr.Discard()) // envtest's own logging; the plane reports through Progress
 	g := NewWithT(t)
@@ -99,7 +99,7 @@ func TestPlaneWithCAPI(t *testing.T) {
 	g.Expect(plane.Client.Get(ctx, client.ObjectKeyFromObject(md), old)).To(Succeed())
 	g.Expect(old.GetAPIVersion()).To(Equal("cluster.x-k8s.io/v1beta1"))
 
-	// Garbage collection: a dependent goes away with its owner (kube-controller-manager is running).
+	// Garbage collection: a dependent goes away with its owner (the plane's garbage collector is running).
 	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "harness", Name: "owner"}}
 	g.Expect(plane.Client.Create(ctx, owner)).To(Succeed())
 	dep := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "harness", Name: "dependent",
@@ -109,6 +109,27 @@ func TestPlaneWithCAPI(t *testing.T) {
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(plane.Client.Get(ctx, client.ObjectKeyFromObject(dep), &corev1.ConfigMap{}))
 	}, time.Minute, 250*time.Millisecond).Should(BeTrue(), "the garbage collector did not delete the dependent")
+
+	// The same for an owner of a custom resource (the collector finds CAPI's CRDs through discovery),
+	// with foreground deletion: the owner stays until its dependent is gone.
+	crDep := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "harness", Name: "md-dependent",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachineDeployment",
+			Name: md.Name, UID: md.UID, BlockOwnerDeletion: ptr.To(true)}}}}
+	g.Expect(plane.Client.Create(ctx, crDep)).To(Succeed())
+	g.Expect(plane.Client.Delete(ctx, md, client.PropagationPolicy(metav1.DeletePropagationForeground))).To(Succeed())
+	g.Eventually(func() bool {
+		depGone := apierrors.IsNotFound(plane.Client.Get(ctx, client.ObjectKeyFromObject(crDep), &corev1.ConfigMap{}))
+		ownerGone := apierrors.IsNotFound(plane.Client.Get(ctx, client.ObjectKeyFromObject(md), &clusterv1.MachineDeployment{}))
+		return depGone && ownerGone
+	}, time.Minute, 250*time.Millisecond).Should(BeTrue(), "the foreground deletion of a MachineDeployment did not complete")
+
+	// Namespace deletion: the namespace controller deletes what it holds, then the namespace.
+	g.Expect(plane.EnsureNamespace(ctx, "harness-doomed")).To(Succeed())
+	g.Expect(plane.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "harness-doomed", Name: "content"}})).To(Succeed())
+	g.Expect(plane.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "harness-doomed"}})).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(plane.Client.Get(ctx, client.ObjectKey{Name: "harness-doomed"}, &corev1.Namespace{}))
+	}, time.Minute, 250*time.Millisecond).Should(BeTrue(), "the namespace controller did not delete the namespace")
 
 	// Every process has its own log file with content.
 	for name, f := range plane.LogFiles() {

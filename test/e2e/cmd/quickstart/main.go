@@ -1,6 +1,6 @@
 // Command quickstart is `make run`: it builds what is missing, starts a local management plane
-// (etcd, kube-apiserver, kube-controller-manager, the CAPI managers and the Goofy manager), creates a
-// cluster from templates/cluster-template.yaml, waits until it is Available, writes the kubeconfigs
+// (etcd, kube-apiserver, the garbage collector and namespace controller, the CAPI managers and the
+// Goofy manager), creates a cluster from templates/cluster-template.yaml, waits until it is Available, writes the kubeconfigs
 // to out/ and keeps everything running until Ctrl-C.
 //
 // Template variables come from the environment like with clusterctl (CLUSTER_NAME, NAMESPACE,
