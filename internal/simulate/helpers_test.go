@@ -82,6 +82,20 @@ func newWorkerEnv(t *testing.T) *env {
 	return e
 }
 
+// newDurableWorkerEnv is newWorkerEnv with its state on disk: newEnv(t, db) restarts it.
+func newDurableWorkerEnv(t *testing.T) (*env, *storage.DB) {
+	t.Helper()
+	db, err := storage.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	e := newEnv(t, db)
+	e.addKubeadmObjects()
+	e.addNode("worker-0", "10.0.0.20", false)
+	return e, db
+}
+
 // stop ends the cluster's simulators and server, keeping its state on disk (a restart).
 func (e *env) stop() {
 	if e.server == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -160,6 +161,10 @@ func TestClaimProvisionedBoundAttachedAndDeleted(t *testing.T) {
 	g.Expect(va.Spec.Attacher).To(Equal(simulate.CSIDriver))
 	g.Expect(va.Spec.NodeName).To(Equal("worker-0"))
 	g.Expect(va.Spec.Source.PersistentVolumeName).To(Equal(&pv.Name))
+	out := e.kubectl(true, "", "get", "pvc,pv,volumeattachments")
+	g.Expect(out).To(MatchRegexp(`data\s+Bound\s+` + pv.Name + `\s+2Gi\s+RWO\s`))
+	g.Expect(out).To(MatchRegexp(pv.Name + `\s+2Gi\s+RWO\s+Delete\s+Bound\s+default/data\s`))
+	g.Expect(out).To(MatchRegexp(va.Name + `\s+` + regexp.QuoteMeta(simulate.CSIDriver) + `\s+` + pv.Name + `\s+worker-0\s+true\s`))
 
 	// The claim's deletion waits for its pod.
 	g.Expect(e.cs.CoreV1().PersistentVolumeClaims("default").Delete(ctx, "data", metav1.DeleteOptions{})).To(Succeed())
@@ -299,5 +304,36 @@ func TestDrainDetachesStatefulSetVolume(t *testing.T) {
 		pod, err := e.cs.CoreV1().Pods("default").Get(ctx, "db-0", metav1.GetOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(pod.Spec.NodeName).To(BeEmpty(), "the replacement waits for a schedulable node")
+	}, safetyTimeout, poll).Should(Succeed())
+}
+
+// TestVolumesResumeAfterRestart: a cluster restored from its state on disk keeps its claims
+// bound, its volumes attached and in use; its controllers go on: a drain detaches them.
+func TestVolumesResumeAfterRestart(t *testing.T) {
+	g := NewWithT(t)
+	e, db := newDurableWorkerEnv(t)
+	ctx := context.Background()
+	e.rollOutStatefulSetWithClaims(1)
+	before, err := e.cs.CoreV1().Nodes().Get(ctx, "worker-0", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(before.Status.VolumesAttached).To(HaveLen(1))
+	e.stop()
+
+	e = newEnv(t, db)
+	after, err := e.cs.CoreV1().Nodes().Get(ctx, "worker-0", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(after.Status.VolumesAttached).To(Equal(before.Status.VolumesAttached))
+	g.Expect(after.Status.VolumesInUse).To(Equal(before.Status.VolumesInUse))
+	pvc, err := e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data-db-0", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pvc.Status.Phase).To(Equal(corev1.ClaimBound))
+	e.kubectl(true, "", "drain", "worker-0", "--ignore-daemonsets", "--timeout=60s")
+	g.Eventually(func(g Gomega) {
+		node, err := e.cs.CoreV1().Nodes().Get(ctx, "worker-0", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(node.Status.VolumesAttached).To(BeEmpty())
+		vas, err := e.cs.StorageV1().VolumeAttachments().List(ctx, metav1.ListOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(vas.Items).To(BeEmpty())
 	}, safetyTimeout, poll).Should(Succeed())
 }

@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
-	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/workload"
 )
 
@@ -194,13 +193,7 @@ func TestDeploymentRollsOutThroughKubectl(t *testing.T) {
 // (same UIDs, same IPs, still Running), and its controllers pick up where they were.
 func TestWorkloadsResumeAfterRestart(t *testing.T) {
 	g := NewWithT(t)
-	db, err := storage.Open(t.TempDir())
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = db.Close() })
-
-	e := newEnv(t, db)
-	e.addKubeadmObjects()
-	e.addNode("worker-0", "10.0.0.20", false)
+	e, db := newDurableWorkerEnv(t)
 	e.addNode("worker-1", "10.0.0.21", false)
 	e.kubectl(true, deploymentManifest, "apply", "-f", "-")
 	e.kubectl(true, "", "rollout", "status", "deployment/web", "--timeout=60s")
