@@ -140,6 +140,9 @@ type WorkloadClustersMux struct {
 	// have a port after a restart. recorded is the same by port.
 	records  map[string]listenerRecord
 	recorded map[endpoint]string
+	// creating are the workload clusters whose listener is being set up while the mutex is
+	// released (initListenerLocked), each with the channel closed once that ends.
+	creating map[string]chan struct{}
 	now      func() time.Time // the clock reservations expire by
 	nextSlot int              // where allocateLocked looks first, an index of the address × port space
 	closed   bool
@@ -166,6 +169,7 @@ func NewWorkloadClustersMux(manager *store.Manager, host string, opts ...Option)
 		reservations: map[string]portReservation{},
 		records:      map[string]listenerRecord{},
 		recorded:     map[endpoint]string{},
+		creating:     map[string]chan struct{}{},
 		now:          time.Now,
 	}
 	for _, o := range opts {
@@ -253,9 +257,14 @@ func (m *WorkloadClustersMux) initListener(wclName, host string, port int, owner
 	return l, nil
 }
 
+// initListenerLocked is initListener but for the wait for the record. It holds the mutex but
+// while the cluster's store is created (store.Manager.AddCluster), which waits for its first
+// write to be on disk: meanwhile other clusters are set up and looked up, wclName's endpoint is
+// held for it, and the mux's other calls about wclName wait (awaitCreationLocked).
 func (m *WorkloadClustersMux) initListenerLocked(wclName, host string, port int, owner types.UID) (*WorkloadClusterListener, func() error, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.awaitCreationLocked(wclName)
 	if m.closed {
 		return nil, nil, errors.New("mux is shut down")
 	}
@@ -298,10 +307,12 @@ func (m *WorkloadClustersMux) initListenerLocked(wclName, host string, port int,
 	if err == nil {
 		var ok bool
 		if cluster, ok = m.manager.GetCluster(wclName); !ok {
-			opts := m.clusterOpts
-			opts.Owner = owner // state on disk of another UID is not this cluster's (store's identity.go)
-			if cluster, err = m.manager.AddCluster(wclName, opts); err != nil {
-				err = fmt.Errorf("creating the store of workload cluster %s: %w", wclName, err)
+			cluster, err = m.createStoreUnlocked(wclName, ep, owner)
+			if err == nil && m.closed {
+				err = errors.New("mux is shut down")
+			}
+			if err != nil && !mine && m.ports[ep] == wclName {
+				delete(m.ports, ep)
 			}
 		}
 	}
@@ -320,6 +331,43 @@ func (m *WorkloadClustersMux) initListenerLocked(wclName, host string, port int,
 	m.ports[ep] = wclName
 	m.log.V(2).Info("Reserved workload cluster listener", "cluster", wclName, "address", m.describe(ep))
 	return l, m.recordLocked(wclName, ep, owner), nil
+}
+
+// createStoreUnlocked creates the store of wclName, whose listener is to hold ep, with the mutex
+// released meanwhile (initListenerLocked); ep stays held for wclName until the caller, who
+// holds the mutex again, keeps or frees it.
+func (m *WorkloadClustersMux) createStoreUnlocked(wclName string, ep endpoint, owner types.UID) (*store.Cluster, error) {
+	m.ports[ep] = wclName
+	done := make(chan struct{})
+	m.creating[wclName] = done
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.creating, wclName)
+		close(done)
+	}()
+	opts := m.clusterOpts
+	opts.Owner = owner // state on disk of another UID is not this cluster's (store's identity.go)
+	cluster, err := m.manager.AddCluster(wclName, opts)
+	if err != nil {
+		return nil, fmt.Errorf("creating the store of workload cluster %s: %w", wclName, err)
+	}
+	return cluster, nil
+}
+
+// awaitCreationLocked waits until no listener of wclName is being set up (initListenerLocked),
+// releasing the mutex meanwhile: what the caller reads of wclName afterwards is what that set-up
+// left. Callers hold m.mu.
+func (m *WorkloadClustersMux) awaitCreationLocked(wclName string) {
+	for {
+		done, ok := m.creating[wclName]
+		if !ok {
+			return
+		}
+		m.mu.Unlock()
+		<-done
+		m.mu.Lock()
+	}
 }
 
 // allocateLocked hands out the next free, bindable endpoint, cycling through the ports of the
@@ -434,6 +482,7 @@ func (m *WorkloadClustersMux) Describe() []ListenerInfo {
 // DeleteWorkloadClusterListener stops serving, frees the port for reuse and drops the cluster's store.
 func (m *WorkloadClustersMux) DeleteWorkloadClusterListener(wclName string) error {
 	m.mu.Lock()
+	m.awaitCreationLocked(wclName)
 	l, ok := m.listeners[wclName]
 	if ok {
 		delete(m.listeners, wclName)
@@ -921,6 +970,7 @@ func (m *WorkloadClustersMux) ClaimWorkloadClusterEndpoint(wclName, host string,
 	l, err := m.initListener(wclName, host, port, owner)
 	if err != nil && !held {
 		m.mu.Lock()
+		m.awaitCreationLocked(wclName)
 		if _, listening := m.listeners[wclName]; !listening && m.owners[wclName] == owner {
 			delete(m.owners, wclName)
 		}
@@ -951,6 +1001,7 @@ func (m *WorkloadClustersMux) OwnerOf(wclName string) (types.UID, bool) {
 func (m *WorkloadClustersMux) TransferWorkloadClusterListener(wclName string, from, to types.UID) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.awaitCreationLocked(wclName)
 	if cur, held := m.owners[wclName]; !held || cur != from || to == "" {
 		return false
 	}
@@ -969,6 +1020,7 @@ func (m *WorkloadClustersMux) TransferWorkloadClusterListener(wclName string, fr
 // and owner's reservation are dropped.
 func (m *WorkloadClustersMux) ReleaseWorkloadClusterListener(wclName string, owner types.UID) (bool, error) {
 	m.mu.Lock()
+	m.awaitCreationLocked(wclName)
 	m.expireReservationsLocked()
 	cur, held := m.owners[wclName]
 	_, listening := m.listeners[wclName]
@@ -1014,6 +1066,7 @@ func (m *WorkloadClustersMux) ReserveWorkloadClusterEndpoint(wclName string, own
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.awaitCreationLocked(wclName)
 	if m.closed {
 		return "", 0, errors.New("mux is shut down")
 	}
@@ -1057,6 +1110,7 @@ func (m *WorkloadClustersMux) ReserveWorkloadClusterEndpoint(wclName string, own
 func (m *WorkloadClustersMux) CancelWorkloadClusterPort(wclName string, owner types.UID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.awaitCreationLocked(wclName)
 	if res, ok := m.reservations[wclName]; ok && res.owner == owner {
 		m.dropReservationLocked(wclName)
 	}
@@ -1081,6 +1135,9 @@ func (m *WorkloadClustersMux) dropReservationLocked(wclName string) {
 func (m *WorkloadClustersMux) expireReservationsLocked() {
 	now := m.now()
 	for key, res := range m.reservations {
+		if _, setUp := m.creating[key]; setUp {
+			continue // the set-up takes it, or gives it back to expire later
+		}
 		if !now.Before(res.expires) {
 			m.log.V(2).Info("Port reservation expired unclaimed", "cluster", key, "address", m.describe(res.ep))
 			m.dropReservationLocked(key)

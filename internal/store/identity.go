@@ -64,25 +64,30 @@ func (m *Manager) claimStateLocked(name string, owner types.UID) error {
 	return m.queueDropLocked(name)()
 }
 
-// recordOwnerLocked records owner as the owner of the named cluster's state, once the state
-// exists (created, or adopted without a record). Callers hold m.mu.
-func (m *Manager) recordOwnerLocked(name string, owner types.UID) error {
+// needsOwnerRecordLocked reports whether AddCluster records owner as the owner of the named
+// cluster's state (recordOwner) once the state exists (created, or adopted without a record):
+// when there is an owner and the state is not recorded as its already. Callers hold m.mu.
+func (m *Manager) needsOwnerRecordLocked(name string, owner types.UID) (bool, error) {
 	if owner == "" {
-		return nil
+		return false, nil
 	}
 	owners, err := m.ownersLocked()
 	if err != nil {
-		return err
+		return false, err
 	}
-	if prev, ok := owners[name]; ok && prev == owner {
+	prev, ok := owners[name]
+	return !ok || prev != owner, nil
+}
+
+// recordOwner writes owner as the owner of the named cluster's state and waits for it to be on
+// disk; the caller then notes it in m.owners.
+func (m *Manager) recordOwner(name string, owner types.UID) error {
+	if m.db == nil {
 		return nil
 	}
-	if m.db != nil {
-		if err := m.db.PutRecord(name, ownerRecordName, []byte(owner)).Wait(); err != nil {
-			return fmt.Errorf("recording the owner of workload cluster %s: %w", name, err)
-		}
+	if err := m.db.PutRecord(name, ownerRecordName, []byte(owner)).Wait(); err != nil {
+		return fmt.Errorf("recording the owner of workload cluster %s: %w", name, err)
 	}
-	owners[name] = owner
 	return nil
 }
 
@@ -91,6 +96,7 @@ func (m *Manager) recordOwnerLocked(name string, owner types.UID) error {
 func (m *Manager) ClusterOwner(name string) (types.UID, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.awaitAddLocked(name)
 	owners, err := m.ownersLocked()
 	if err != nil {
 		klog.ErrorS(err, "Cannot tell whose state a workload cluster has", "cluster", name)
@@ -106,6 +112,7 @@ func (m *Manager) ClusterOwner(name string) (types.UID, bool) {
 func (m *Manager) SetClusterOwner(name string, owner types.UID) (wait func() error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.awaitAddLocked(name)
 	owners, err := m.ownersLocked()
 	if err != nil {
 		return func() error { return err }
@@ -137,6 +144,7 @@ func (m *Manager) CheckState(name string, owner types.UID) error {
 	if m.db == nil {
 		return nil
 	}
+	m.awaitAddLocked(name)
 	if _, ok := m.clusters[name]; ok {
 		return nil
 	}

@@ -49,8 +49,11 @@ const DefaultEventHistoryBytes = 8 << 20
 type Manager struct {
 	mu       sync.RWMutex
 	clusters map[string]*Cluster
-	db       *storage.DB // nil: memory only
-	sim      Simulator   // nil: nothing runs in the clusters besides the store's own reactions
+	// adding are the clusters AddCluster is adding with mu released, each with the channel
+	// closed once it has ended.
+	adding map[string]chan struct{}
+	db     *storage.DB // nil: memory only
+	sim    Simulator   // nil: nothing runs in the clusters besides the store's own reactions
 	// owners is the recorded owner of each cluster's state (identity.go), read from disk on first
 	// use; nil until then.
 	owners map[string]types.UID
@@ -80,7 +83,7 @@ func WithStorage(db *storage.DB) ManagerOption { return func(m *Manager) { m.db 
 // NewManager returns an empty manager; without WithStorage its state lives in memory only.
 func NewManager(opts ...ManagerOption) *Manager {
 	shared() // build the scheme once up front rather than under the first request
-	m := &Manager{clusters: map[string]*Cluster{}}
+	m := &Manager{clusters: map[string]*Cluster{}, adding: map[string]chan struct{}{}}
 	for _, o := range opts {
 		o(m)
 	}
@@ -94,30 +97,66 @@ func (m *Manager) Durable() bool { return m.db != nil }
 // that belongs to opts.Owner (or to no recorded owner), else with the default namespaces
 // (default, kube-public, kube-system, kube-node-lease); state recorded for another owner is
 // deleted first. It fails with AlreadyExists, or with the reason the state on disk cannot be read.
+//
+// The state is loaded, or the new cluster's first writes wait to be on disk, with the manager's
+// lock released: other clusters are added and looked up meanwhile, and the manager's other calls
+// about this cluster wait for the addition to end (awaitAddLocked).
 func (m *Manager) AddCluster(name string, opts ClusterOptions) (*Cluster, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.awaitAddLocked(name)
 	if _, ok := m.clusters[name]; ok {
 		return nil, apierrors.NewAlreadyExists(schema.GroupResource{Resource: "clusters"}, name)
 	}
 	if err := m.claimStateLocked(name, opts.Owner); err != nil {
 		return nil, err
 	}
+	record, err := m.needsOwnerRecordLocked(name, opts.Owner)
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	m.adding[name] = done
+	m.mu.Unlock()
 	c, err := newCluster(name, opts, m.db)
+	var recordErr error
+	if err == nil && record {
+		recordErr = m.recordOwner(name, opts.Owner)
+	}
+	m.mu.Lock()
+	delete(m.adding, name)
+	close(done)
 	if err != nil {
 		m.noteCheckedLocked(name, err)
 		return nil, err
 	}
 	delete(m.checked, name)
-	if err := m.recordOwnerLocked(name, opts.Owner); err != nil {
+	if recordErr != nil {
 		c.close()
-		return nil, err
+		return nil, recordErr
+	}
+	if record {
+		m.owners[name] = opts.Owner
 	}
 	m.clusters[name] = c
 	if m.sim != nil {
 		c.stopSimulator = m.sim.Start(c)
 	}
 	return c, nil
+}
+
+// awaitAddLocked waits until the named cluster is not being added (AddCluster), releasing m.mu
+// meanwhile. Callers hold m.mu for writing.
+func (m *Manager) awaitAddLocked(name string) {
+	for {
+		done, ok := m.adding[name]
+		if !ok {
+			return
+		}
+		m.mu.Unlock()
+		<-done
+		m.mu.Lock()
+	}
 }
 
 // GetCluster returns the named cluster store.
@@ -131,6 +170,7 @@ func (m *Manager) GetCluster(name string) (*Cluster, bool) {
 // DeleteCluster forgets the named cluster, ends all its watches and deletes its state on disk.
 func (m *Manager) DeleteCluster(name string) error {
 	m.mu.Lock()
+	m.awaitAddLocked(name)
 	c, ok := m.clusters[name]
 	delete(m.clusters, name)
 	m.mu.Unlock()
@@ -184,7 +224,7 @@ func (m *Manager) DeleteStateExcept(keep []string) ([]string, error) {
 	}
 	var deleted []string
 	for _, n := range names {
-		if _, loaded := m.GetCluster(n); wanted[n] || loaded {
+		if wanted[n] || m.loadedOrAdded(n) {
 			continue
 		}
 		if err := m.dropState(n); err != nil {
@@ -193,6 +233,15 @@ func (m *Manager) DeleteStateExcept(keep []string) ([]string, error) {
 		deleted = append(deleted, n)
 	}
 	return deleted, nil
+}
+
+// loadedOrAdded reports whether the named cluster is loaded or being added.
+func (m *Manager) loadedOrAdded(name string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	_, loaded := m.clusters[name]
+	_, adding := m.adding[name]
+	return loaded || adding
 }
 
 // ClusterNames returns the names of all clusters, sorted.
@@ -211,6 +260,9 @@ func (m *Manager) ClusterNames() []string {
 // disk: what a process's end does, for tests that restart a manager on the same storage.
 func (m *Manager) Close() {
 	m.mu.Lock()
+	for name := range m.adding {
+		m.awaitAddLocked(name)
+	}
 	clusters := m.clusters
 	m.clusters = map[string]*Cluster{}
 	m.mu.Unlock()
