@@ -42,8 +42,10 @@ import (
 // CSIDriver. A claim of storageClassName "" asks for a pre-provisioned volume and only binds one;
 // so does a claim with a selector (dynamic provisioning does not support selectors). A default
 // StorageClass (storageclass.kubernetes.io/is-default-class), when a client created one, is
-// assigned to a claim without a class first, as upstream. volumeBindingMode WaitForFirstConsumer
-// binds at once too.
+// assigned to a claim without a class first, as upstream. A claim of a class with
+// volumeBindingMode WaitForFirstConsumer binds only a volume pre-bound to it (the scheduler
+// pre-binds the volume it chose for the claim's first pod) and is provisioned only once the
+// scheduler named its node (volume.kubernetes.io/selected-node); until then it stays Pending.
 //
 // A claim a scheduled pod mounts keeps kubernetes.io/pvc-protection (the controller adds it to
 // every claim, where upstream's admission adds it at creation) until no such pod is left, so its
@@ -175,8 +177,12 @@ func (p *persistentVolumeController) syncUnboundClaim(ctx context.Context, claim
 		}
 		return nil // bound to another claim
 	}
-	if pv := p.findVolume(claim); pv != nil {
+	delay := p.c.delayBinding(claim)
+	if pv := p.findVolume(claim, delay); pv != nil {
 		return p.bind(ctx, pv, claim)
+	}
+	if delay && !metav1.HasAnnotation(claim.ObjectMeta, annSelectedNode) {
+		return nil // Pending until the scheduler places its first pod
 	}
 	if claim.Spec.StorageClassName == nil {
 		if class := p.defaultClass(); class != nil {
@@ -268,13 +274,22 @@ func (p *persistentVolumeController) defaultClass() *storagev1.StorageClass {
 	return out
 }
 
-// findVolume is upstream's findBestMatchForClaim: a volume pre-bound to the claim, else the
-// smallest Available volume that satisfies it.
-func (p *persistentVolumeController) findVolume(claim *corev1.PersistentVolumeClaim) *corev1.PersistentVolume {
+// findVolume is upstream's findBestMatchForClaim: a volume pre-bound to the claim, else (unless
+// the claim's binding waits for its first consumer: the scheduler chooses) the smallest
+// Available volume that satisfies it.
+func (p *persistentVolumeController) findVolume(claim *corev1.PersistentVolumeClaim, delay bool) *corev1.PersistentVolume {
+	return p.c.matchingVolume(claim, nil, nil, delay)
+}
+
+// matchingVolume is upstream's FindMatchingVolume: a volume pre-bound to the claim, else the
+// smallest Available volume that satisfies it, not among chosen, that the node (when set) may
+// use; without a node, a claim whose binding waits for its first consumer gets only a pre-bound
+// one.
+func (c *cluster) matchingVolume(claim *corev1.PersistentVolumeClaim, node *corev1.Node, chosen map[string]bool, delay bool) *corev1.PersistentVolume {
 	var best *corev1.PersistentVolume
-	for _, obj := range p.c.cache.list(pvsGR) {
+	for _, obj := range c.cache.list(pvsGR) {
 		pv := obj.(*corev1.PersistentVolume)
-		if pv.DeletionTimestamp != nil {
+		if pv.DeletionTimestamp != nil || chosen[pv.Name] || node != nil && !volumeAllows(pv, node) {
 			continue
 		}
 		if pv.Spec.ClaimRef != nil {
@@ -283,7 +298,7 @@ func (p *persistentVolumeController) findVolume(claim *corev1.PersistentVolumeCl
 			}
 			continue
 		}
-		if pv.Status.Phase != corev1.VolumeAvailable || !satisfies(pv, claim) {
+		if node == nil && delay || pv.Status.Phase != corev1.VolumeAvailable || !satisfies(pv, claim) {
 			continue
 		}
 		if capacity := quantity(pv.Spec.Capacity, corev1.ResourceStorage); best == nil || capacity.Cmp(quantity(best.Spec.Capacity, corev1.ResourceStorage)) < 0 {
@@ -352,18 +367,11 @@ func claimRef(claim *corev1.PersistentVolumeClaim) *corev1.ObjectReference {
 // bind is upstream's bind: the volume first (claimRef, then phase Bound), then the claim
 // (volumeName and annotations, then status Bound).
 func (p *persistentVolumeController) bind(ctx context.Context, pv *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) error {
-	if ref := pv.Spec.ClaimRef; ref == nil || ref.Name != claim.Name || ref.Namespace != claim.Namespace || ref.UID != claim.UID {
-		next := pv.DeepCopy()
-		if !boundToClaim(pv, claim) {
-			metav1.SetMetaDataAnnotation(&next.ObjectMeta, annBoundByController, "yes")
-		}
-		next.Spec.ClaimRef = claimRef(claim)
-		if err := p.c.client.Update(ctx, next); err != nil {
-			return err
-		}
-		pv = next
+	pv, err := p.c.claimVolume(ctx, pv, claim)
+	if err != nil {
+		return err
 	}
-	pv, err := p.setVolumePhase(ctx, pv, corev1.VolumeBound, "")
+	pv, err = p.setVolumePhase(ctx, pv, corev1.VolumeBound, "")
 	if err != nil {
 		return err
 	}
@@ -382,6 +390,24 @@ func (p *persistentVolumeController) bind(ctx context.Context, pv *corev1.Persis
 		claim = next
 	}
 	return p.setClaimPhase(ctx, claim, corev1.ClaimBound, pv)
+}
+
+// claimVolume is upstream's GetBindVolumeToClaim and the volume's update: its claimRef names
+// the claim with its uid (pv.kubernetes.io/bound-by-controller unless the volume was pre-bound
+// to it). It returns the volume as it is now.
+func (c *cluster) claimVolume(ctx context.Context, pv *corev1.PersistentVolume, claim *corev1.PersistentVolumeClaim) (*corev1.PersistentVolume, error) {
+	if ref := pv.Spec.ClaimRef; ref != nil && ref.Name == claim.Name && ref.Namespace == claim.Namespace && ref.UID == claim.UID {
+		return pv, nil
+	}
+	next := pv.DeepCopy()
+	if !boundToClaim(pv, claim) {
+		metav1.SetMetaDataAnnotation(&next.ObjectMeta, annBoundByController, "yes")
+	}
+	next.Spec.ClaimRef = claimRef(claim)
+	if err := c.client.Update(ctx, next); err != nil {
+		return nil, err
+	}
+	return next, nil
 }
 
 // syncBoundClaim is upstream's syncBoundClaim: a claim whose volume is gone or bound elsewhere

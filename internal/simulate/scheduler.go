@@ -27,14 +27,17 @@ type scheduler struct {
 	// unschedulable are the pods that fit nowhere at their last try; they are queued again when
 	// the cluster changes in a way that may make room.
 	unschedulable map[string]bool
+	// assumed are the pods placed on a node whose claims are being bound there (VolumeBinding's
+	// PreBind): they are bound once their claims are, and hold their room on the node meanwhile.
+	assumed map[string]string
 }
 
 func newScheduler(c *cluster, idx int) *scheduler {
-	return &scheduler{c: c, idx: idx, unschedulable: map[string]bool{}}
+	return &scheduler{c: c, idx: idx, unschedulable: map[string]bool{}, assumed: map[string]string{}}
 }
 
 func (s *scheduler) resources() []schema.GroupResource {
-	return []schema.GroupResource{podsGR, nodesGR}
+	return []schema.GroupResource{podsGR, nodesGR, pvcsGR, pvsGR, storageClassesGR}
 }
 
 func needsScheduling(p *corev1.Pod) bool {
@@ -45,6 +48,27 @@ func needsScheduling(p *corev1.Pod) bool {
 // observe runs under the store's lock, as every observe; unschedulable is only touched here and
 // in sync's bookkeeping below under the cluster's queue lock.
 func (s *scheduler) observe(ch store.Change) {
+	switch ch.Resource {
+	case pvcsGR, pvsGR, storageClassesGR:
+		// A claim created, bound or provisioned, a volume or a class made: the pods waiting for
+		// their volumes may go on.
+		s.retryUnschedulable(claimVolumes)
+		s.c.mu.Lock()
+		keys := make([]string, 0, len(s.assumed))
+		for k := range s.assumed {
+			keys = append(keys, k)
+		}
+		s.c.mu.Unlock()
+		for _, k := range keys {
+			s.c.enqueue(s.idx, k)
+		}
+		return
+	}
+	if ch.New == nil && ch.Resource == podsGR {
+		s.c.mu.Lock()
+		delete(s.assumed, changedKey(ch))
+		s.c.mu.Unlock()
+	}
 	if pod, ok := ch.New.(*corev1.Pod); ok {
 		if needsScheduling(pod) {
 			s.c.enqueue(s.idx, keyOf(pod))
@@ -53,26 +77,33 @@ func (s *scheduler) observe(ch store.Change) {
 		old, _ := ch.Old.(*corev1.Pod)
 		// A pod that leaves a node (terminating, finished) may make room.
 		if old != nil && old.Spec.NodeName != "" && isActive(old) && !isActive(pod) {
-			s.retryUnschedulable()
+			s.retryUnschedulable(nil)
 		}
 		return
 	}
 	if old, ok := ch.Old.(*corev1.Pod); ok && ch.New == nil && old.Spec.NodeName != "" {
-		s.retryUnschedulable()
+		s.retryUnschedulable(nil)
 		return
 	}
 	if _, ok := ch.New.(*corev1.Node); ok {
-		s.retryUnschedulable()
+		s.retryUnschedulable(nil)
 	}
 }
 
-func (s *scheduler) retryUnschedulable() {
+// retryUnschedulable queues the unschedulable pods again, those only that only match (a nil only:
+// all).
+func (s *scheduler) retryUnschedulable(only func(*corev1.Pod) bool) {
 	s.c.mu.Lock()
 	keys := make([]string, 0, len(s.unschedulable))
 	for k := range s.unschedulable {
+		if only != nil {
+			if p, _ := s.c.cache.get(podsGR, k).(*corev1.Pod); p != nil && !only(p) {
+				continue
+			}
+		}
 		keys = append(keys, k)
+		delete(s.unschedulable, k)
 	}
-	clear(s.unschedulable)
 	s.c.mu.Unlock()
 	for _, k := range keys {
 		s.c.enqueue(s.idx, k)
@@ -82,15 +113,75 @@ func (s *scheduler) retryUnschedulable() {
 func (s *scheduler) sync(ctx context.Context, key string) error {
 	pod, _ := s.c.cache.get(podsGR, key).(*corev1.Pod)
 	if pod == nil || !needsScheduling(pod) {
+		s.c.mu.Lock()
+		delete(s.assumed, key)
+		s.c.mu.Unlock()
 		return nil
 	}
-	node, reasons, total := s.pick(pod)
-	if node == "" {
-		s.c.mu.Lock()
-		s.unschedulable[key] = true
-		s.c.mu.Unlock()
-		return s.failed(ctx, pod, fitError(reasons, total))
+	s.c.mu.Lock()
+	assumed := s.assumed[key]
+	s.c.mu.Unlock()
+	if assumed != "" {
+		return s.bindAssumed(ctx, pod, key, assumed)
 	}
+	claims, msg := s.preFilterVolumes(pod)
+	if msg != "" {
+		return s.unschedulablePod(ctx, pod, key, preFilterError(msg, len(s.c.cache.nodes())))
+	}
+	node, plan, reasons, total := s.pick(pod, claims)
+	if node == "" {
+		return s.unschedulablePod(ctx, pod, key, fitError(reasons, total))
+	}
+	if plan != nil {
+		// VolumeBinding's PreBind: the claims are bound on the node first.
+		s.c.mu.Lock()
+		s.assumed[key] = node
+		s.c.mu.Unlock()
+		if err := s.preBind(ctx, plan, node); err != nil {
+			s.c.mu.Lock()
+			delete(s.assumed, key)
+			s.c.mu.Unlock()
+			return err
+		}
+		s.c.enqueue(s.idx, key)
+		return nil
+	}
+	return s.bind(ctx, pod, node)
+}
+
+// unschedulablePod records a pod that fits nowhere, to be tried again when the cluster changes.
+func (s *scheduler) unschedulablePod(ctx context.Context, pod *corev1.Pod, key, message string) error {
+	s.c.mu.Lock()
+	s.unschedulable[key] = true
+	s.c.mu.Unlock()
+	return s.failed(ctx, pod, message)
+}
+
+// bindAssumed binds a pod placed on a node once its claims are bound there; if their binding
+// failed the pod is scheduled again.
+func (s *scheduler) bindAssumed(ctx context.Context, pod *corev1.Pod, key, node string) error {
+	n, _ := s.c.cache.get(nodesGR, node).(*corev1.Node)
+	ok, err := false, fmt.Errorf("node %q not found", node)
+	if n != nil {
+		ok, err = s.claimsBound(pod, n)
+	}
+	if err != nil || ok {
+		s.c.mu.Lock()
+		delete(s.assumed, key)
+		s.c.mu.Unlock()
+	}
+	switch {
+	case err != nil:
+		s.c.enqueue(s.idx, key)
+		return nil
+	case !ok:
+		return nil // a change of its claims queues it again
+	}
+	return s.bind(ctx, pod, node)
+}
+
+// bind binds the pod through pods/binding.
+func (s *scheduler) bind(ctx context.Context, pod *corev1.Pod, node string) error {
 	if err := s.c.client.SubResource("binding").Create(ctx, pod, &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: node},
@@ -103,18 +194,26 @@ func (s *scheduler) sync(ctx context.Context, key string) error {
 	return nil
 }
 
-// pick returns the best node for the pod, or the reasons each node was filtered out for.
-func (s *scheduler) pick(pod *corev1.Pod) (string, map[string]int, int) {
+// pick returns the best node for the pod and what binding its volumes there takes (nil when
+// nothing), or the reasons each node was filtered out for.
+func (s *scheduler) pick(pod *corev1.Pod, claims *podClaims) (string, *volumePlan, map[string]int, int) {
 	nodes := s.c.cache.nodes()
 	req := podRequests(&pod.Spec)
 	reasons := map[string]int{}
 	best, bestScore, bestPods := "", -1.0, 0
+	var bestPlan *volumePlan
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	for _, node := range nodes {
 		if node.DeletionTimestamp != nil {
 			continue
 		}
 		reason, score, pods := s.fit(pod, req, node)
+		var plan *volumePlan
+		if reason == "" {
+			var conflicts []string
+			conflicts, plan = s.filterVolumes(claims, node)
+			reason = strings.Join(conflicts, "\n")
+		}
 		if reason != "" {
 			for _, r := range strings.Split(reason, "\n") {
 				reasons[r]++
@@ -122,10 +221,10 @@ func (s *scheduler) pick(pod *corev1.Pod) (string, map[string]int, int) {
 			continue
 		}
 		if score > bestScore || score == bestScore && pods < bestPods {
-			best, bestScore, bestPods = node.Name, score, pods
+			best, bestScore, bestPods, bestPlan = node.Name, score, pods, plan
 		}
 	}
-	return best, reasons, len(nodes)
+	return best, bestPlan, reasons, len(nodes)
 }
 
 // fit filters a node as the default plugins do and scores it as NodeResourcesFit's
@@ -152,6 +251,10 @@ func (s *scheduler) fit(pod *corev1.Pod, req corev1.ResourceList, node *corev1.N
 		if isTerminal(p) {
 			continue
 		}
+		pods++
+		addResources(used, podRequests(&p.Spec))
+	}
+	for _, p := range s.assumedOn(node.Name) {
 		pods++
 		addResources(used, podRequests(&p.Spec))
 	}
@@ -192,6 +295,19 @@ func (s *scheduler) fit(pod *corev1.Pod, req corev1.ResourceList, node *corev1.N
 	return "", score, pods
 }
 
+// assumedOn returns the pods placed on a node while their claims are bound there.
+func (s *scheduler) assumedOn(node string) []*corev1.Pod {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	var out []*corev1.Pod
+	for key, n := range s.assumed {
+		if p, _ := s.c.cache.get(podsGR, key).(*corev1.Pod); n == node && p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 func nonZero(name corev1.ResourceName, q interface{ MilliValue() int64 }) int64 {
 	if v := q.MilliValue(); v > 0 {
 		return v
@@ -228,6 +344,16 @@ func fitError(reasons map[string]int, total int) string {
 	sort.Strings(preemption)
 	return fmt.Sprintf("0/%d nodes are available: %s. preemption: 0/%d nodes are available: %s.",
 		total, strings.Join(parts, ", "), total, strings.Join(preemption, ", "))
+}
+
+// preFilterError is kube-scheduler's message for a pod a PreFilter plugin rejected as
+// UnschedulableAndUnresolvable: its message, and every node where preemption does not help.
+func preFilterError(message string, total int) string {
+	if total == 0 {
+		return "no nodes available to schedule pods"
+	}
+	return fmt.Sprintf("0/%d nodes are available: %s. preemption: 0/%d nodes are available: %d Preemption is not helpful for scheduling.",
+		total, message, total, total)
 }
 
 // failed records an unschedulable pod as kube-scheduler does: the PodScheduled condition and a

@@ -80,26 +80,32 @@ func TestStatefulSetVolumeClaims(t *testing.T) {
 	g.Expect(claims.Items).To(HaveLen(2))
 }
 
-const claimManifest = `apiVersion: v1
-kind: PersistentVolumeClaim
-metadata:
-  name: data
-spec:
-  accessModes: [ReadWriteOnce]
-  resources: {requests: {storage: 2Gi}}
----
-apiVersion: v1
+// claimPod is the manifest of a pod that mounts a claim.
+func claimPod(name, claim string) string {
+	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
-  name: app
+  name: %s
 spec:
   containers:
   - name: app
     image: busybox:1.36
   volumes:
   - name: data
-    persistentVolumeClaim: {claimName: data}
+    persistentVolumeClaim: {claimName: %s}
+`, name, claim)
+}
+
+const dataClaim = `apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: data
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 2Gi}}
 `
+
+var claimManifest = dataClaim + "---\n" + claimPod("app", "data")
 
 // attachment is the VolumeAttachment name the CSI attacher gives a volume on a node.
 func attachment(pv *corev1.PersistentVolume, node string) string {
@@ -336,4 +342,182 @@ func TestVolumesResumeAfterRestart(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(vas.Items).To(BeEmpty())
 	}, safetyTimeout, poll).Should(Succeed())
+}
+
+// unschedulable waits until the pod is Unschedulable with message want, and its
+// FailedScheduling event says so.
+func (e *env) unschedulable(g *WithT, pod, want string) {
+	e.t.Helper()
+	ctx := context.Background()
+	g.Eventually(func(g Gomega) {
+		p, err := e.cs.CoreV1().Pods("default").Get(ctx, pod, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(p.Spec.NodeName).To(BeEmpty())
+		g.Expect(p.Status.Conditions).To(ContainElement(And(
+			HaveField("Type", corev1.PodScheduled), HaveField("Status", corev1.ConditionFalse),
+			HaveField("Reason", corev1.PodReasonUnschedulable), HaveField("Message", want))))
+		events, err := e.cs.EventsV1().Events("default").List(ctx, metav1.ListOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(events.Items).To(ContainElement(And(HaveField("Reason", "FailedScheduling"), HaveField("Note", want),
+			HaveField("Regarding.Name", pod), HaveField("Type", corev1.EventTypeWarning))))
+	}, safetyTimeout, poll).Should(Succeed())
+}
+
+// TestSchedulerWaitsForClaims: as kube-scheduler's VolumeBinding PreFilter, a pod whose claim
+// does not exist is not scheduled (persistentvolumeclaim "data" not found) until the claim is
+// created; a pod whose claim of Immediate binding is not bound yet (class "", no volume) waits
+// (pod has unbound immediate PersistentVolumeClaims) until the PersistentVolume controller binds
+// it to a volume created later.
+func TestSchedulerWaitsForClaims(t *testing.T) {
+	g := NewWithT(t)
+	e := newWorkerEnv(t)
+	e.kubectl(true, claimPod("app", "data"), "apply", "-f", "-")
+	e.unschedulable(g, "app", `0/1 nodes are available: persistentvolumeclaim "data" not found. `+
+		`preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.`)
+	e.kubectl(true, dataClaim, "apply", "-f", "-")
+	e.kubectl(true, "", "wait", "--for=condition=Ready", "pod/app", "--timeout=30s")
+
+	e.kubectl(true, `apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: static
+spec:
+  storageClassName: ""
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+`+claimPod("static", "static"), "apply", "-f", "-")
+	e.unschedulable(g, "static", `0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. `+
+		`preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.`)
+	e.kubectl(true, `apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: static
+spec:
+  storageClassName: ""
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  csi: {driver: disk.example.com, volumeHandle: static}
+`, "apply", "-f", "-")
+	e.kubectl(true, "", "wait", "--for=condition=Ready", "pod/static", "--timeout=30s")
+}
+
+// TestWaitForFirstConsumer: a claim of a WaitForFirstConsumer class stays Pending (neither
+// bound nor provisioned) until a pod that uses it is scheduled: the scheduler annotates it with
+// the node it chose (volume.kubernetes.io/selected-node), the provisioner provisions it, it is
+// Bound and the pod runs there. A local volume (class of kubernetes.io/no-provisioner, node
+// affinity to worker-1) is chosen by the scheduler, which places the pod on the volume's node;
+// a pod whose claim no volume on any node satisfies fits nowhere; once worker-1 is cordoned, a
+// new pod of the bound local claim fits nowhere either (the volume's node affinity).
+func TestWaitForFirstConsumer(t *testing.T) {
+	g := NewWithT(t)
+	e := newWorkerEnv(t)
+	e.addNode("worker-1", "10.0.0.21", false)
+	ctx := context.Background()
+	e.kubectl(true, `apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: late
+provisioner: disk.example.com
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: late
+spec:
+  storageClassName: late
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: now
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+`, "apply", "-f", "-")
+	g.Eventually(func(g Gomega) {
+		now, err := e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "now", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(now.Status.Phase).To(Equal(corev1.ClaimBound))
+	}, safetyTimeout, poll).Should(Succeed())
+	late, err := e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "late", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(late.Status.Phase).To(Equal(corev1.ClaimPending), "no consumer yet")
+	g.Expect(late.Spec.VolumeName).To(BeEmpty())
+	g.Expect(late.Annotations).NotTo(HaveKey("volume.kubernetes.io/selected-node"))
+	g.Expect(late.Finalizers).To(ContainElement("kubernetes.io/pvc-protection"), "synced by the controller")
+
+	e.kubectl(true, claimPod("late", "late"), "apply", "-f", "-")
+	e.kubectl(true, "", "wait", "--for=condition=Ready", "pod/late", "--timeout=30s")
+	late, err = e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "late", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	p, err := e.cs.CoreV1().Pods("default").Get(ctx, "late", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(late.Annotations).To(HaveKeyWithValue("volume.kubernetes.io/selected-node", p.Spec.NodeName))
+	g.Expect(late.Status.Phase).To(Equal(corev1.ClaimBound))
+	pv, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, late.Spec.VolumeName, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pv.Annotations).To(HaveKeyWithValue("pv.kubernetes.io/provisioned-by", "disk.example.com"))
+
+	// Local volumes: the scheduler chooses the volume, and the node with it.
+	e.kubectl(true, `apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: local
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: local-1
+spec:
+  storageClassName: local
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteOnce]
+  local: {path: /mnt/disks/1}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [worker-1]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: local
+spec:
+  storageClassName: local
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: local-none
+spec:
+  storageClassName: local
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+`, "apply", "-f", "-")
+	e.kubectl(true, claimPod("local", "local"), "apply", "-f", "-")
+	e.kubectl(true, "", "wait", "--for=condition=Ready", "pod/local", "--timeout=30s")
+	p, err = e.cs.CoreV1().Pods("default").Get(ctx, "local", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p.Spec.NodeName).To(Equal("worker-1"), "the volume's node")
+	local, err := e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "local", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(local.Spec.VolumeName).To(Equal("local-1"))
+	g.Expect(local.Annotations).NotTo(HaveKey("volume.kubernetes.io/selected-node"), "bound, not provisioned")
+
+	e.kubectl(true, claimPod("none", "local-none"), "apply", "-f", "-")
+	e.unschedulable(g, "none", "0/2 nodes are available: 2 node(s) didn't find available persistent volumes to bind. "+
+		"preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
+
+	e.kubectl(true, "", "cordon", "worker-1")
+	e.kubectl(true, claimPod("again", "local"), "apply", "-f", "-")
+	e.unschedulable(g, "again", "0/2 nodes are available: 1 node(s) didn't match PersistentVolume's node affinity, "+
+		"1 node(s) were unschedulable. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
 }
