@@ -18,9 +18,10 @@ import (
 // scheduler is kube-scheduler's default profile, reduced to the plugins whose effect a client
 // sees: it binds each pending pod (through pods/binding, as upstream) to a node that fits it
 // (NodeUnschedulable, NodeAffinity with nodeSelector, TaintToleration, NodeResourcesFit for
-// cpu, memory and the pod count) and prefers the least-requested one. A pod that fits nowhere
-// gets PodScheduled=False, reason Unschedulable, with upstream's message and a FailedScheduling
-// event, and is tried again when a node or a pod changes.
+// cpu, memory and the pod count, VolumeBinding for its PersistentVolumeClaims: volumebinding.go)
+// and prefers the least-requested one. A pod that fits nowhere gets PodScheduled=False, reason
+// Unschedulable, with upstream's message and a FailedScheduling event, and is tried again when a
+// node, a pod, a claim, a volume or a StorageClass changes.
 type scheduler struct {
 	c   *cluster
 	idx int
