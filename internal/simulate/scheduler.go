@@ -31,6 +31,9 @@ type scheduler struct {
 	// assumed are the pods placed on a node whose claims are being bound there (VolumeBinding's
 	// PreBind): they are bound once their claims are, and hold their room on the node meanwhile.
 	assumed map[string]string
+	// moves counts the changes that queued unschedulable pods again, so that a pod found
+	// unschedulable on a view older than one of them is tried again (upstream's moveRequestCycle).
+	moves uint64
 }
 
 func newScheduler(c *cluster, idx int) *scheduler {
@@ -105,6 +108,7 @@ func (s *scheduler) retryUnschedulable(only func(*corev1.Pod) bool) {
 		keys = append(keys, k)
 		delete(s.unschedulable, k)
 	}
+	s.moves++
 	s.c.mu.Unlock()
 	for _, k := range keys {
 		s.c.enqueue(s.idx, k)
@@ -120,18 +124,18 @@ func (s *scheduler) sync(ctx context.Context, key string) error {
 		return nil
 	}
 	s.c.mu.Lock()
-	assumed := s.assumed[key]
+	assumed, moves := s.assumed[key], s.moves
 	s.c.mu.Unlock()
 	if assumed != "" {
 		return s.bindAssumed(ctx, pod, key, assumed)
 	}
 	claims, msg := s.preFilterVolumes(pod)
 	if msg != "" {
-		return s.unschedulablePod(ctx, pod, key, preFilterError(msg, len(s.c.cache.nodes())))
+		return s.unschedulablePod(ctx, pod, key, moves, preFilterError(msg, len(s.c.cache.nodes())))
 	}
 	node, plan, reasons, total := s.pick(pod, claims)
 	if node == "" {
-		return s.unschedulablePod(ctx, pod, key, fitError(reasons, total))
+		return s.unschedulablePod(ctx, pod, key, moves, fitError(reasons, total))
 	}
 	if plan != nil {
 		// VolumeBinding's PreBind: the claims are bound on the node first.
@@ -150,11 +154,16 @@ func (s *scheduler) sync(ctx context.Context, key string) error {
 	return s.bind(ctx, pod, node)
 }
 
-// unschedulablePod records a pod that fits nowhere, to be tried again when the cluster changes.
-func (s *scheduler) unschedulablePod(ctx context.Context, pod *corev1.Pod, key, message string) error {
+// unschedulablePod records a pod that fits nowhere, to be tried again when the cluster changes;
+// moves is the count of such changes its try saw.
+func (s *scheduler) unschedulablePod(ctx context.Context, pod *corev1.Pod, key string, moves uint64, message string) error {
 	s.c.mu.Lock()
 	s.unschedulable[key] = true
+	missed := s.moves != moves
 	s.c.mu.Unlock()
+	if missed {
+		s.c.enqueue(s.idx, key) // the cluster changed while it was tried
+	}
 	return s.failed(ctx, pod, message)
 }
 
