@@ -337,7 +337,7 @@ func fitError(reasons map[string]int, total int) string {
 	notHelpful, noVictims := 0, 0
 	for r, n := range reasons {
 		parts = append(parts, fmt.Sprintf("%d %s", n, r))
-		if strings.HasPrefix(r, "Insufficient") || r == "Too many pods" {
+		if strings.HasPrefix(r, "Insufficient") || r == "Too many pods" || r == reasonReadWriteOncePod {
 			noVictims += n
 		} else {
 			notHelpful += n

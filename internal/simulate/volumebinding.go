@@ -22,6 +22,8 @@ import (
 //     Available volume that satisfies it (and whose node affinity the node matches), or else
 //     dynamic provisioning by its class (a provisioner, allowedTopologies the node's labels
 //     match); a claim whose volume.kubernetes.io/selected-node names another node fits only there;
+//   - and VolumeRestrictions' part in claims: a claim of access mode ReadWriteOncePod another
+//     scheduled pod uses rules out every node (Unschedulable: preemption might help);
 //   - PreBind: the chosen volumes get the claim's claimRef, the claims to provision the
 //     selected-node annotation, and the pod is bound once the PersistentVolume controller has
 //     bound every claim (the scheduler holds the node's room for it meanwhile).
@@ -33,12 +35,15 @@ const (
 	reasonVolumeNodeConflict = "node(s) didn't match PersistentVolume's node affinity"
 	reasonVolumeBindConflict = "node(s) didn't find available persistent volumes to bind"
 	reasonVolumeNotExist     = "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)"
+	reasonReadWriteOncePod   = "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod"
 )
 
 // podClaims are a pod's claims as VolumeBinding's PreFilter sorts them.
 type podClaims struct {
 	bound   []*corev1.PersistentVolumeClaim // bound and bind-completed
 	delayed []*corev1.PersistentVolumeClaim // not bound, of a WaitForFirstConsumer class
+	// inUse: a claim of access mode ReadWriteOncePod is used by another scheduled pod.
+	inUse bool
 }
 
 // preFilterVolumes returns the pod's claims, or upstream's message when the pod fits no node
@@ -54,6 +59,11 @@ func (s *scheduler) preFilterVolumes(pod *corev1.Pod) (*podClaims, string) {
 			return nil, fmt.Sprintf("persistentvolumeclaim %q bound to non-existent persistentvolume %q", claim.Name, claim.Spec.VolumeName)
 		case claim.DeletionTimestamp != nil:
 			return nil, fmt.Sprintf("persistentvolumeclaim %q is being deleted", claim.Name)
+		}
+		if slices.Contains(claim.Spec.AccessModes, corev1.ReadWriteOncePod) && s.claimInUse(pod, name) {
+			out.inUse = true
+		}
+		switch {
 		case claimFullyBound(claim):
 			out.bound = append(out.bound, claim)
 		case claim.Spec.VolumeName == "" && s.c.delayBinding(claim):
@@ -85,6 +95,23 @@ func (c *cluster) podClaims(pod *corev1.Pod) iter.Seq2[string, *corev1.Persisten
 	}
 }
 
+// claimInUse: a scheduled pod other than pod that has not finished (or one placed while its
+// claims are bound) mounts the claim, as VolumeRestrictions counts them.
+func (s *scheduler) claimInUse(pod *corev1.Pod, claim string) bool {
+	for _, p := range s.c.cache.podsIn(pod.Namespace) {
+		if p.UID != pod.UID && (p.Spec.NodeName != "" && !isTerminal(p) || s.isAssumed(keyOf(p))) && usesClaim(p, claim) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *scheduler) isAssumed(key string) bool {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return s.assumed[key] != ""
+}
+
 func claimFullyBound(claim *corev1.PersistentVolumeClaim) bool {
 	return claim.Spec.VolumeName != "" && metav1.HasAnnotation(claim.ObjectMeta, annBindCompleted)
 }
@@ -110,6 +137,9 @@ type volumePlan struct {
 // filterVolumes is VolumeBinding's Filter for one node: the reasons the node does not fit the
 // pod's volumes (none when it does), and what binding them there takes.
 func (s *scheduler) filterVolumes(claims *podClaims, node *corev1.Node) ([]string, *volumePlan) {
+	if claims.inUse {
+		return []string{reasonReadWriteOncePod}, nil // VolumeRestrictions, before VolumeBinding
+	}
 	var reasons []string
 	for _, claim := range claims.bound {
 		pv, _ := s.c.cache.get(pvsGR, claim.Spec.VolumeName).(*corev1.PersistentVolume)

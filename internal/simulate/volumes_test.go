@@ -367,7 +367,8 @@ func (e *env) unschedulable(g *WithT, pod, want string) {
 // does not exist is not scheduled (persistentvolumeclaim "data" not found) until the claim is
 // created; a pod whose claim of Immediate binding is not bound yet (class "", no volume) waits
 // (pod has unbound immediate PersistentVolumeClaims) until the PersistentVolume controller binds
-// it to a volume created later.
+// it to a volume created later. A pod whose ReadWriteOncePod claim another pod uses waits for
+// that pod to go (VolumeRestrictions).
 func TestSchedulerWaitsForClaims(t *testing.T) {
 	g := NewWithT(t)
 	e := newWorkerEnv(t)
@@ -400,6 +401,23 @@ spec:
   csi: {driver: disk.example.com, volumeHandle: static}
 `, "apply", "-f", "-")
 	e.kubectl(true, "", "wait", "--for=condition=Ready", "pod/static", "--timeout=30s")
+
+	// VolumeRestrictions: a ReadWriteOncePod claim serves one pod at a time.
+	e.kubectl(true, `apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: solo
+spec:
+  accessModes: [ReadWriteOncePod]
+  resources: {requests: {storage: 1Gi}}
+---
+`+claimPod("solo-1", "solo"), "apply", "-f", "-")
+	e.kubectl(true, "", "wait", "--for=condition=Ready", "pod/solo-1", "--timeout=30s")
+	e.kubectl(true, claimPod("solo-2", "solo"), "apply", "-f", "-")
+	e.unschedulable(g, "solo-2", "0/1 nodes are available: 1 node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod. "+
+		"preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod.")
+	e.kubectl(true, "", "delete", "pod/solo-1", "--wait=false")
+	e.kubectl(true, "", "wait", "--for=condition=Ready", "pod/solo-2", "--timeout=30s")
 }
 
 // TestWaitForFirstConsumer: a claim of a WaitForFirstConsumer class stays Pending (neither
