@@ -47,7 +47,7 @@ func benchEnvInt(name string, def int) int {
 // fleet: 1,000 workload clusters (GOOFY_BENCH_CLUSTERS) of 3 control-plane (GOOFY_BENCH_CP) and 3
 // worker (GOOFY_BENCH_WORKERS) machines; GOOFY_BENCH_MACHINES sets both at once (benchMachines).
 // The listeners take ports 4000-9999 on as many loopback addresses as the fleet needs
-// (127.0.0.1, 127.0.0.2, ...: WithListenerAddresses), and the open file limit is raised to what
+// (127.0.100.1, 127.0.100.2, ...: WithListenerAddresses), and the open file limit is raised to what
 // the fleet and its clients in this process need. Every machine has its Node; every control-plane machine
 // its static pods, etcd member and API server, registered through the mux API as the GoofyMachine
 // reconciler does; every cluster kubeadm's objects. Then, for GOOFY_BENCH_LOAD_SECONDS (10), a
@@ -97,14 +97,20 @@ func benchMachines(machines int) (cps, workers int) {
 // Listener ports of BenchmarkMuxScale: 4000-9999 on each loopback address it needs.
 const benchPortMin, benchPortMax = 4000, 9999
 
+// benchHost is the listener address of the package's other benchmarks: the first of
+// benchListenerAddresses, apart from the tests' 127.0.0.x.
+const benchHost = "127.0.100.1"
+
 // benchListenerAddresses are the loopback addresses that hold clusters listeners (and 100 more)
-// in benchPortMin-benchPortMax: 127.0.0.1, 127.0.0.2, ...
+// in benchPortMin-benchPortMax: 127.0.100.1, 127.0.100.2, ... No test binds in 127.0.100.0/24
+// (they use 127.0.0.x), so the benchmark's thousands of ports cannot take one a test running
+// beside it needs, as 127.0.0.1's 9120-9199 once did (test/benchapi).
 func benchListenerAddresses(clusters int) []string {
 	per := benchPortMax - benchPortMin + 1
 	n := (clusters + 100 + per - 1) / per
 	addrs := make([]string, n)
 	for i := range addrs {
-		addrs[i] = fmt.Sprintf("127.0.0.%d", i+1)
+		addrs[i] = fmt.Sprintf("127.0.100.%d", i+1) // benchHost first
 	}
 	return addrs
 }

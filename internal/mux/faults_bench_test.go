@@ -16,7 +16,7 @@ import (
 // info, authentication, authorization, limits, metrics, faults, handler) in process, without TLS
 // or network: what the filters cost on the hot path when no fault is set.
 func BenchmarkListenerGET(b *testing.B) {
-	m, err := NewWorkloadClustersMux(store.NewManager(), "127.0.0.1", WithPortRange(3990, 3999))
+	m, err := NewWorkloadClustersMux(store.NewManager(), benchHost, WithListenerAddresses(benchHost), WithPortRange(3990, 3999))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 // the first AddAPIServer (serving certificate, bind, serve) and the first AddEtcdMember (etcd
 // serving certificate, member), certificates included.
 func BenchmarkClusterSetup(b *testing.B) {
-	m, err := NewWorkloadClustersMux(store.NewManager(), "127.0.0.1", WithPortRange(4000, 9999))
+	m, err := NewWorkloadClustersMux(store.NewManager(), benchHost, WithListenerAddresses(benchHost), WithPortRange(4000, 9999))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func BenchmarkClusterSetup(b *testing.B) {
 // BenchmarkTLSHandshakeAndGET measures a new client connection (TCP + TLS 1.3 handshake with client
 // certificate verification) plus one GET of a namespace, the way a fresh client starts.
 func BenchmarkTLSHandshakeAndGET(b *testing.B) {
-	m, err := NewWorkloadClustersMux(store.NewManager(), "127.0.0.1", WithPortRange(3900, 3999))
+	m, err := NewWorkloadClustersMux(store.NewManager(), benchHost, WithListenerAddresses(benchHost), WithPortRange(3900, 3999))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func BenchmarkThousandClustersMemory(b *testing.B) {
 		func() {
 			runtime.GC()
 			before := rssBytes()
-			m, err := NewWorkloadClustersMux(store.NewManager(), "127.0.0.1", WithPortRange(4000, 5999))
+			m, err := NewWorkloadClustersMux(store.NewManager(), benchHost, WithListenerAddresses(benchHost), WithPortRange(4000, 5999))
 			if err != nil {
 				b.Fatal(err)
 			}

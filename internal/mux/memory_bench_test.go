@@ -49,7 +49,7 @@ func benchClusterMemory(b *testing.B, clusters int) {
 	}
 	defer db.Close()
 	stores := store.NewManager(store.WithStorage(db), store.WithSimulator(simulate.New(simulate.Options{Workloads: true})))
-	m, err := NewWorkloadClustersMux(stores, "127.0.0.1", WithPortRange(4000, 4000+clusters+99))
+	m, err := NewWorkloadClustersMux(stores, benchHost, WithListenerAddresses(benchHost), WithPortRange(4000, 4000+clusters+99))
 	if err != nil {
 		b.Fatal(err)
 	}
