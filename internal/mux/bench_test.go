@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -207,6 +208,11 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 	rssServer := benchRSS() - rssBefore
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	if path := os.Getenv("GOOFY_BENCH_HEAP_PROFILE"); path != "" {
+		// The set-up fleet's heap, for `go tool pprof -sample_index=inuse_space`: where the
+		// fleet's memory is (-memprofile would be written after the fleet is shut down).
+		benchWriteHeapProfile(b, path)
+	}
 	if podsPerNode > 0 {
 		benchPods(b, m, db, names, cps+workers, podsPerNode)
 	} else if settle := benchEnvInt("GOOFY_BENCH_SETTLE_SECONDS", 0); settle > 0 {
@@ -219,6 +225,7 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 		runtime.ReadMemStats(&settled)
 		b.ReportMetric(float64(benchRSS()-rssBefore)/(1<<20), "MiB-RSS-fleet-settled")
 		b.ReportMetric(float64(settled.HeapInuse)/(1<<20), "MiB-heap-inuse-settled")
+		b.ReportMetric(float64(settled.HeapAlloc)/(1<<20), "MiB-heap-live-settled")
 	}
 
 	// CAPI-like load.
@@ -397,6 +404,8 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 	fleet := fmt.Sprintf("%dx%d", clusters, cps+workers)
 	b.ReportMetric(float64(rssServer)/(1<<20), "MiB-RSS-fleet-"+fleet)
 	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "MiB-heap-inuse")
+	// Live after a GC: what heap in use holds beyond it is spans kept by a few live objects.
+	b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "MiB-heap-live")
 	b.ReportMetric(float64(goroutines)/float64(clusters), "goroutines/cluster")
 	b.ReportMetric(float64(ms.StackInuse)/(1<<20), "MiB-stacks")
 	b.ReportMetric(float64(len(addrs)), "listener-addresses")
@@ -606,4 +615,16 @@ func benchRSS() int64 {
 		}
 	}
 	return 0
+}
+
+// benchWriteHeapProfile writes the heap profile as of the last GC to path.
+func benchWriteHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
 }
