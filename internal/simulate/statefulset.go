@@ -28,8 +28,8 @@ import (
 // partition; status with currentRevision and updateRevision as `kubectl rollout status` reads
 // them, and the ControllerRevisions `kubectl rollout history` and `undo` read (history.go);
 // each ordinal's PersistentVolumeClaims of the volumeClaimTemplates, created before its pod
-// (the PersistentVolume controller binds them) and kept on scale-down (the default retention
-// policy).
+// (the PersistentVolume controller binds them), kept or deleted with the set and on scale-down
+// as its persistentVolumeClaimRetentionPolicy says (statefulsetclaims.go).
 type statefulSetController struct {
 	c   *cluster
 	idx int
@@ -45,13 +45,29 @@ func newStatefulSetController(c *cluster, idx int) *statefulSetController {
 }
 
 func (s *statefulSetController) resources() []schema.GroupResource {
-	return []schema.GroupResource{statefulSetsGR, podsGR, controllerRevisionsGR}
+	return []schema.GroupResource{statefulSetsGR, podsGR, controllerRevisionsGR, pvcsGR}
 }
 
 func (s *statefulSetController) observe(ch store.Change) {
 	obj := changedObject(ch)
-	if ch.Resource == statefulSetsGR {
+	switch ch.Resource {
+	case statefulSetsGR:
 		s.c.enqueue(s.idx, keyOf(obj))
+		return
+	case pvcsGR:
+		// A claim that goes may be one an ordinal's pod waits for (claimsAreStale): the set of
+		// the pod that owned it, <set>-<ordinal>, is synced again.
+		if ch.New != nil {
+			return
+		}
+		for _, ref := range obj.GetOwnerReferences() {
+			if ref.Kind != "Pod" {
+				continue
+			}
+			if i := strings.LastIndexByte(ref.Name, '-'); i > 0 && ordinalOf(ref.Name[:i], ref.Name) >= 0 {
+				s.c.enqueue(s.idx, obj.GetNamespace()+"/"+ref.Name[:i])
+			}
+		}
 		return
 	}
 	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil && ref.Kind == "StatefulSet" {
@@ -156,16 +172,31 @@ func (s *statefulSetController) scale(ctx context.Context, set *appsv1.StatefulS
 	for ord := start; ord < start+replicas; ord++ {
 		p := pods[ord]
 		if p == nil {
+			if s.claimsAreStale(set, ord) {
+				return nil // synced again when the claim is gone
+			}
 			if err := s.createClaims(ctx, set, ord); err != nil {
 				return err
 			}
-			if err := s.c.client.Create(ctx, s.podFor(set, ord, revision)); err != nil && !isGone(err) {
+			pod := s.podFor(set, ord, revision)
+			if err := s.c.client.Create(ctx, pod); err != nil {
+				if isGone(err) {
+					return nil
+				}
+				return err
+			}
+			if err := s.syncClaimOwners(ctx, set, pod, ord, true); err != nil {
 				return err
 			}
 			if !parallel {
 				return nil // the next one waits for this one
 			}
 			continue
+		}
+		if p.DeletionTimestamp == nil {
+			if err := s.syncClaimOwners(ctx, set, p, ord, true); err != nil {
+				return err
+			}
 		}
 		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 			if err := s.c.client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); err != nil && !isGone(err) {
@@ -184,6 +215,13 @@ func (s *statefulSetController) scale(ctx context.Context, set *appsv1.StatefulS
 		}
 	}
 	sort.Sort(sort.Reverse(sort.IntSlice(extra)))
+	// Condemned pods' claims get their owners first (whenScaled: Delete: the pod), so that the
+	// garbage collector removes them with the pods.
+	for _, ord := range extra {
+		if err := s.syncClaimOwners(ctx, set, pods[ord], ord, false); err != nil {
+			return err
+		}
+	}
 	for _, ord := range extra {
 		p := pods[ord]
 		if p.DeletionTimestamp != nil {
@@ -287,7 +325,14 @@ func (s *statefulSetController) createClaims(ctx context.Context, set *appsv1.St
 				pvc.Labels[k] = v
 			}
 		}
-		if err := s.c.client.Create(ctx, pvc); err != nil && !apierrors.IsAlreadyExists(err) {
+		err := s.c.client.Create(ctx, pvc)
+		if apierrors.IsAlreadyExists(err) {
+			if cur := s.c.cache.get(pvcsGR, keyOf(pvc)); cur != nil && cur.GetDeletionTimestamp() != nil {
+				return fmt.Errorf("pvc %s is being deleted", pvc.Name) // as upstream: tried again
+			}
+			continue
+		}
+		if err != nil {
 			return err
 		}
 	}

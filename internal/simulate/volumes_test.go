@@ -20,10 +20,10 @@ import (
 )
 
 // rollOutStatefulSetWithClaims applies StatefulSet db with that many replicas and a claim
-// template "data" of 1Gi, and waits for its rollout.
-func (e *env) rollOutStatefulSetWithClaims(replicas int) {
+// template "data" of 1Gi (and the spec's extra fields, if any), and waits for its rollout.
+func (e *env) rollOutStatefulSetWithClaims(replicas int, extraSpec ...string) {
 	e.t.Helper()
-	manifest := strings.Replace(statefulSetManifest, "replicas: 3", fmt.Sprintf("replicas: %d", replicas), 1) + `  volumeClaimTemplates:
+	manifest := strings.Replace(statefulSetManifest, "replicas: 3", fmt.Sprintf("replicas: %d", replicas), 1) + strings.Join(extraSpec, "") + `  volumeClaimTemplates:
   - metadata: {name: data}
     spec:
       accessModes: [ReadWriteOnce]
@@ -69,6 +69,7 @@ func TestStatefulSetVolumeClaims(t *testing.T) {
 	pvc, err := e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data-db-1", metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred(), "kept on scale-down")
 	g.Expect(pvc.UID).To(Equal(uids["data-db-1"]))
+	g.Expect(pvc.OwnerReferences).To(BeEmpty(), "Retain: nobody owns it")
 
 	e.kubectl(true, "", "scale", "statefulset/db", "--replicas=2")
 	e.kubectl(true, "", "rollout", "status", "statefulset/db", "--timeout=60s")
@@ -78,6 +79,77 @@ func TestStatefulSetVolumeClaims(t *testing.T) {
 	claims, err := e.cs.CoreV1().PersistentVolumeClaims("default").List(ctx, metav1.ListOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(claims.Items).To(HaveLen(2))
+}
+
+// TestStatefulSetClaimRetention: under persistentVolumeClaimRetentionPolicy Delete/Delete the
+// set owns its ordinals' claims, a scale-down hands a condemned pod's claims to the pod so they
+// and their volumes go with it, the pod that comes back gets a new claim, a policy changed to
+// Retain takes the set's reference away, and a deleted set takes its claims along; all through
+// the garbage collector, as upstream.
+func TestStatefulSetClaimRetention(t *testing.T) {
+	g := NewWithT(t)
+	e := newWorkerEnv(t)
+	ctx := context.Background()
+	e.rollOutStatefulSetWithClaims(3, "  persistentVolumeClaimRetentionPolicy: {whenScaled: Delete, whenDeleted: Delete}\n")
+	set, err := e.cs.AppsV1().StatefulSets("default").Get(ctx, "db", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	claim := func(name string) func(Gomega) *corev1.PersistentVolumeClaim {
+		return func(g Gomega) *corev1.PersistentVolumeClaim {
+			pvc, err := e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, name, metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			return pvc
+		}
+	}
+	ownedBySet := ConsistOf(And(HaveField("Kind", "StatefulSet"), HaveField("Name", "db"), HaveField("UID", set.UID),
+		HaveField("Controller", HaveValue(BeTrue())), HaveField("BlockOwnerDeletion", HaveValue(BeTrue()))))
+	volumes := map[string]string{}
+	for _, name := range []string{"data-db-0", "data-db-1", "data-db-2"} {
+		g.Eventually(claim(name), 10*time.Second, 50*time.Millisecond).Should(HaveField("OwnerReferences", ownedBySet))
+		g.Eventually(claim(name), 10*time.Second, 50*time.Millisecond).Should(HaveField("Spec.VolumeName", Not(BeEmpty())))
+		volumes[name] = claim(name)(g).Spec.VolumeName
+	}
+	old1 := claim("data-db-1")(g).UID
+
+	// Scale-down: the condemned pods' claims, and their provisioned volumes, are deleted.
+	e.kubectl(true, "", "scale", "statefulset/db", "--replicas=1")
+	for _, name := range []string{"data-db-1", "data-db-2"} {
+		g.Eventually(func() error {
+			_, err := e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, name, metav1.GetOptions{})
+			return err
+		}, 30*time.Second, 100*time.Millisecond).Should(Satisfy(apierrors.IsNotFound), name)
+		g.Eventually(func() error {
+			_, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, volumes[name], metav1.GetOptions{})
+			return err
+		}, 30*time.Second, 100*time.Millisecond).Should(Satisfy(apierrors.IsNotFound), volumes[name])
+	}
+	g.Expect(claim("data-db-0")(g).OwnerReferences).To(ownedBySet)
+
+	// Scale-up: a new claim for the ordinal, owned by the set.
+	e.kubectl(true, "", "scale", "statefulset/db", "--replicas=2")
+	e.kubectl(true, "", "rollout", "status", "statefulset/db", "--timeout=60s")
+	g.Eventually(claim("data-db-1"), 10*time.Second, 50*time.Millisecond).Should(And(
+		HaveField("UID", Not(Equal(old1))), HaveField("OwnerReferences", ownedBySet)))
+
+	// Retain on deletion: the set lets go of its claims.
+	e.kubectl(true, "", "patch", "statefulset/db", "--type=merge", "-p", `{"spec":{"persistentVolumeClaimRetentionPolicy":{"whenDeleted":"Retain"}}}`)
+	for _, name := range []string{"data-db-0", "data-db-1"} {
+		g.Eventually(claim(name), 10*time.Second, 50*time.Millisecond).Should(HaveField("OwnerReferences", BeEmpty()))
+	}
+
+	// Delete on deletion again, then the set goes and takes its claims and their volumes along.
+	e.kubectl(true, "", "patch", "statefulset/db", "--type=merge", "-p", `{"spec":{"persistentVolumeClaimRetentionPolicy":{"whenDeleted":"Delete"}}}`)
+	for _, name := range []string{"data-db-0", "data-db-1"} {
+		g.Eventually(claim(name), 10*time.Second, 50*time.Millisecond).Should(HaveField("OwnerReferences", ownedBySet))
+	}
+	e.kubectl(true, "", "delete", "statefulset/db", "--wait=false")
+	g.Eventually(func(g Gomega) {
+		claims, err := e.cs.CoreV1().PersistentVolumeClaims("default").List(ctx, metav1.ListOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(claims.Items).To(BeEmpty())
+		pvs, err := e.cs.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pvs.Items).To(BeEmpty())
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 }
 
 // claimPod is the manifest of a pod that mounts a claim.
