@@ -76,12 +76,8 @@ func kubeletPosting(n *corev1.Node) bool {
 // being deleted) and, for a CSI volume on a node the attach/detach controller manages, reported
 // in use and attached.
 func (c *cluster) volumesMounted(pod *corev1.Pod, node *corev1.Node) bool {
-	for i := range pod.Spec.Volumes {
-		src := pod.Spec.Volumes[i].PersistentVolumeClaim
-		if src == nil {
-			continue
-		}
-		claim, _ := c.cache.get(pvcsGR, pod.Namespace+"/"+src.ClaimName).(*corev1.PersistentVolumeClaim)
+	for vc := range podClaimNames(pod) {
+		claim := c.usableClaim(pod, vc)
 		if claim == nil || claim.DeletionTimestamp != nil || claim.Spec.VolumeName == "" || claim.Status.Phase != corev1.ClaimBound {
 			return false
 		}

@@ -112,12 +112,10 @@ func (p *persistentVolumeController) observe(ch store.Change) {
 	case podsGR:
 		// A scheduled pod gone: the claims it held from deletion may go.
 		if old, _ := ch.Old.(*corev1.Pod); ch.New == nil && old != nil && old.Spec.NodeName != "" {
-			for i := range old.Spec.Volumes {
-				if src := old.Spec.Volumes[i].PersistentVolumeClaim; src != nil {
-					key := old.Namespace + "/" + src.ClaimName
-					if claim := p.c.cache.get(pvcsGR, key); claim != nil && claim.GetDeletionTimestamp() != nil {
-						p.c.enqueue(p.idx, claimKeyPrefix+key)
-					}
+			for vc := range podClaimNames(old) {
+				key := old.Namespace + "/" + vc.name
+				if claim := p.c.cache.get(pvcsGR, key); claim != nil && claim.GetDeletionTimestamp() != nil {
+					p.c.enqueue(p.idx, claimKeyPrefix+key)
 				}
 			}
 		}

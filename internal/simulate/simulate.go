@@ -277,6 +277,7 @@ func (c *cluster) start(opts Options) {
 		add(func(c *cluster, i int) controller { return newEndpointsController(c, i) })
 		add(func(c *cluster, i int) controller { return newStatefulSetController(c, i) })
 		add(func(c *cluster, i int) controller { return newPersistentVolumeController(c, i) })
+		add(func(c *cluster, i int) controller { return newEphemeralVolumeController(c, i) })
 		add(func(c *cluster, i int) controller { return newAttachDetachController(c, i) })
 		add(func(c *cluster, i int) controller { return newKubeletVolumes(c, i) })
 		add(func(c *cluster, i int) controller { return newReplicationControllerController(c, i) })

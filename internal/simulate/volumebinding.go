@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-helpers/storage/ephemeral"
 )
 
 // The scheduler's part in volumes, kube-scheduler's VolumeBinding plugin
@@ -51,14 +52,23 @@ type podClaims struct {
 func (s *scheduler) preFilterVolumes(pod *corev1.Pod) (*podClaims, string) {
 	out := &podClaims{}
 	immediate := false
-	for name, claim := range s.c.podClaims(pod) {
+	for vc, claim := range s.c.podClaims(pod) {
+		name := vc.name
 		switch {
+		case claim == nil && vc.ephemeral:
+			// Normal right after the pod's creation.
+			return nil, fmt.Sprintf("waiting for ephemeral volume controller to create the persistentvolumeclaim %q", name)
 		case claim == nil:
 			return nil, fmt.Sprintf("persistentvolumeclaim %q not found", name)
 		case claim.Status.Phase == corev1.ClaimLost:
 			return nil, fmt.Sprintf("persistentvolumeclaim %q bound to non-existent persistentvolume %q", claim.Name, claim.Spec.VolumeName)
 		case claim.DeletionTimestamp != nil:
 			return nil, fmt.Sprintf("persistentvolumeclaim %q is being deleted", claim.Name)
+		}
+		if vc.ephemeral {
+			if err := ephemeral.VolumeIsForPod(pod, claim); err != nil {
+				return nil, err.Error()
+			}
 		}
 		if slices.Contains(claim.Spec.AccessModes, corev1.ReadWriteOncePod) && s.claimInUse(pod, name) {
 			out.inUse = true
@@ -79,16 +89,13 @@ func (s *scheduler) preFilterVolumes(pod *corev1.Pod) (*podClaims, string) {
 	return out, ""
 }
 
-// podClaims yields the name of each claim a pod mounts, with the claim (nil when missing).
-func (c *cluster) podClaims(pod *corev1.Pod) iter.Seq2[string, *corev1.PersistentVolumeClaim] {
-	return func(yield func(string, *corev1.PersistentVolumeClaim) bool) {
-		for i := range pod.Spec.Volumes {
-			src := pod.Spec.Volumes[i].PersistentVolumeClaim
-			if src == nil {
-				continue
-			}
-			claim, _ := c.cache.get(pvcsGR, pod.Namespace+"/"+src.ClaimName).(*corev1.PersistentVolumeClaim)
-			if !yield(src.ClaimName, claim) {
+// podClaims yields each claim a pod mounts, with the claim of that name (nil when missing; for
+// an ephemeral volume, whoever owns it).
+func (c *cluster) podClaims(pod *corev1.Pod) iter.Seq2[volumeClaim, *corev1.PersistentVolumeClaim] {
+	return func(yield func(volumeClaim, *corev1.PersistentVolumeClaim) bool) {
+		for vc := range podClaimNames(pod) {
+			claim, _ := c.cache.get(pvcsGR, pod.Namespace+"/"+vc.name).(*corev1.PersistentVolumeClaim)
+			if !yield(vc, claim) {
 				return
 			}
 		}
@@ -253,10 +260,12 @@ func (s *scheduler) preBind(ctx context.Context, plan *volumePlan, node string) 
 // binding failed (a claim's selected node moved, a volume the node cannot use) and the pod is
 // scheduled again.
 func (s *scheduler) claimsBound(pod *corev1.Pod, node *corev1.Node) (bool, error) {
-	for name, claim := range s.c.podClaims(pod) {
+	for vc, claim := range s.c.podClaims(pod) {
 		switch {
 		case claim == nil || claim.DeletionTimestamp != nil:
-			return false, fmt.Errorf("persistentvolumeclaim %q not found", name)
+			return false, fmt.Errorf("persistentvolumeclaim %q not found", vc.name)
+		case vc.ephemeral && ephemeral.VolumeIsForPod(pod, claim) != nil:
+			return false, ephemeral.VolumeIsForPod(pod, claim)
 		case !claimFullyBound(claim):
 			if sel, ok := claim.Annotations[annSelectedNode]; claim.Spec.VolumeName == "" && !s.preBoundVolume(claim) && (!ok || sel != node.Name) {
 				return false, fmt.Errorf("claim %q was not provisioned on node %q", claim.Name, node.Name)

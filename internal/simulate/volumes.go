@@ -3,10 +3,12 @@ package simulate
 import (
 	"crypto/sha256"
 	"fmt"
+	"iter"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/component-helpers/storage/ephemeral"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
@@ -32,20 +34,58 @@ const CSIDriver = "csi.goofy.infrastructure.cluster.x-k8s.io"
 // (the kubelet's --enable-controller-attach-detach, on by default; workload.Node sets it).
 const annControllerManagedAttach = "volumes.kubernetes.io/controller-managed-attach-detach"
 
+// volumeClaim is the PersistentVolumeClaim a pod's volume mounts: the claim it names, or for a
+// generic ephemeral volume the one the ephemeral volume controller creates for the pod,
+// <pod>-<volume>, which is the pod's only if the pod is its controller.
+type volumeClaim struct {
+	name      string
+	ephemeral bool
+}
+
+// claimOf returns the claim a volume mounts; ok is false for volumes of other sources.
+func claimOf(p *corev1.Pod, vol *corev1.Volume) (_ volumeClaim, ok bool) {
+	switch {
+	case vol.PersistentVolumeClaim != nil:
+		return volumeClaim{name: vol.PersistentVolumeClaim.ClaimName}, true
+	case vol.Ephemeral != nil:
+		return volumeClaim{name: ephemeral.VolumeClaimName(p, vol), ephemeral: true}, true
+	}
+	return volumeClaim{}, false
+}
+
+// podClaimNames yields the claim of each of a pod's volumes that mounts one.
+func podClaimNames(p *corev1.Pod) iter.Seq[volumeClaim] {
+	return func(yield func(volumeClaim) bool) {
+		for i := range p.Spec.Volumes {
+			if vc, ok := claimOf(p, &p.Spec.Volumes[i]); ok && !yield(vc) {
+				return
+			}
+		}
+	}
+}
+
+// usableClaim returns the pod's claim of that volume from the cache: nil when it is missing,
+// or when it is an ephemeral volume's claim the pod does not own.
+func (c *cluster) usableClaim(p *corev1.Pod, vc volumeClaim) *corev1.PersistentVolumeClaim {
+	claim, _ := c.cache.get(pvcsGR, p.Namespace+"/"+vc.name).(*corev1.PersistentVolumeClaim)
+	if claim == nil || vc.ephemeral && ephemeral.VolumeIsForPod(p, claim) != nil {
+		return nil
+	}
+	return claim
+}
+
 // claimVolumes: whether a pod mounts any PersistentVolumeClaim.
 func claimVolumes(p *corev1.Pod) bool {
-	for i := range p.Spec.Volumes {
-		if p.Spec.Volumes[i].PersistentVolumeClaim != nil {
-			return true
-		}
+	for range podClaimNames(p) {
+		return true
 	}
 	return false
 }
 
 // usesClaim: whether a pod mounts the claim of that name (of its namespace).
 func usesClaim(p *corev1.Pod, claim string) bool {
-	for i := range p.Spec.Volumes {
-		if src := p.Spec.Volumes[i].PersistentVolumeClaim; src != nil && src.ClaimName == claim {
+	for vc := range podClaimNames(p) {
+		if vc.name == claim {
 			return true
 		}
 	}
@@ -67,12 +107,8 @@ func attachmentName(src *corev1.CSIPersistentVolumeSource, node string) string {
 // podCSIVolumes returns the CSI PersistentVolumes of a pod's bound claims, by unique name; a
 // claim that is missing or not bound yet has none.
 func (c *cluster) podCSIVolumes(p *corev1.Pod, into map[corev1.UniqueVolumeName]*corev1.PersistentVolume) {
-	for i := range p.Spec.Volumes {
-		src := p.Spec.Volumes[i].PersistentVolumeClaim
-		if src == nil {
-			continue
-		}
-		claim, _ := c.cache.get(pvcsGR, p.Namespace+"/"+src.ClaimName).(*corev1.PersistentVolumeClaim)
+	for vc := range podClaimNames(p) {
+		claim := c.usableClaim(p, vc)
 		if claim == nil || claim.Spec.VolumeName == "" {
 			continue
 		}

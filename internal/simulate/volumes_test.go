@@ -152,6 +152,75 @@ func TestStatefulSetClaimRetention(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 }
 
+// ephemeralPod is the manifest of a pod with a generic ephemeral volume "scratch".
+func ephemeralPod(name string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+spec:
+  containers:
+  - name: app
+    image: busybox:1.36
+  volumes:
+  - name: scratch
+    ephemeral:
+      volumeClaimTemplate:
+        metadata:
+          labels: {type: scratch}
+        spec:
+          accessModes: [ReadWriteOnce]
+          resources: {requests: {storage: 1Gi}}
+`, name)
+}
+
+// TestGenericEphemeralVolume: a pod's generic ephemeral volume gets claim <pod>-<volume>, owned
+// by the pod, provisioned, bound and attached before the pod runs, and deleted with its volume
+// when the pod goes; a claim of that name the pod does not own keeps the pod Pending with
+// upstream's message.
+func TestGenericEphemeralVolume(t *testing.T) {
+	g := NewWithT(t)
+	e := newWorkerEnv(t)
+	ctx := context.Background()
+	e.kubectl(true, ephemeralPod("app"), "apply", "-f", "-")
+	e.kubectl(true, "", "wait", "--for=condition=Ready", "pod/app", "--timeout=30s")
+	pod, err := e.cs.CoreV1().Pods("default").Get(ctx, "app", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	pvc, err := e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "app-scratch", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pvc.OwnerReferences).To(ConsistOf(And(HaveField("Kind", "Pod"), HaveField("Name", "app"), HaveField("UID", pod.UID),
+		HaveField("Controller", HaveValue(BeTrue())), HaveField("BlockOwnerDeletion", HaveValue(BeTrue())))))
+	g.Expect(pvc.Labels).To(Equal(map[string]string{"type": "scratch"}))
+	g.Expect(pvc.Status.Phase).To(Equal(corev1.ClaimBound))
+	pv, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = e.cs.StorageV1().VolumeAttachments().Get(ctx, attachment(pv, pod.Spec.NodeName), metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred(), "attached before the pod ran")
+
+	// A claim of the name that the pod does not own is not its volume.
+	e.kubectl(true, strings.Replace(dataClaim, "name: data", "name: other-scratch", 1), "apply", "-f", "-")
+	e.kubectl(true, ephemeralPod("other"), "apply", "-f", "-")
+	g.Eventually(func(g Gomega) {
+		other, err := e.cs.CoreV1().Pods("default").Get(ctx, "other", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(other.Spec.NodeName).To(BeEmpty())
+		g.Expect(other.Status.Conditions).To(ContainElement(And(HaveField("Type", corev1.PodScheduled),
+			HaveField("Reason", corev1.PodReasonUnschedulable),
+			HaveField("Message", ContainSubstring("PVC default/other-scratch was not created for pod default/other (pod is not owner)")))))
+	}, 10*time.Second, 50*time.Millisecond).Should(Succeed())
+
+	// The pod goes, and with it its claim and the claim's volume.
+	e.kubectl(true, "", "delete", "pod/app", "--wait=true", "--timeout=30s")
+	g.Eventually(func() error {
+		_, err := e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "app-scratch", metav1.GetOptions{})
+		return err
+	}, 30*time.Second, 100*time.Millisecond).Should(Satisfy(apierrors.IsNotFound))
+	g.Eventually(func() error {
+		_, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		return err
+	}, 30*time.Second, 100*time.Millisecond).Should(Satisfy(apierrors.IsNotFound))
+}
+
 // claimPod is the manifest of a pod that mounts a claim.
 func claimPod(name, claim string) string {
 	return fmt.Sprintf(`apiVersion: v1
