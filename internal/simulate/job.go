@@ -178,7 +178,8 @@ func (j *jobController) sync(ctx context.Context, key string) error {
 			if indexed && valid {
 				s.succeededIndexes[ix] = true
 			}
-		case isPodFailed(p, job):
+		case isPodFailed(p, job) && (finalizer || p.Status.Phase == corev1.PodFailed):
+			// (A pod the controller removed, its finalizer first, is no failure.)
 			s.failed = append(s.failed, p)
 			if perIndex && valid && finalizer && isIndexFailed(job, p) {
 				s.failedIndexes[ix] = true
@@ -325,9 +326,21 @@ func (j *jobController) sync(ctx context.Context, key string) error {
 		}
 		s.active = nil
 	}
-	if finished == nil && !ptr.Deref(job.Spec.Suspend, false) {
-		if err := j.manage(ctx, key, job, succeeded, &s); err != nil {
+	if finished == nil {
+		removed, removedReady, err := j.manage(ctx, key, job, succeeded, &s)
+		terminating += removed
+		ready -= removedReady
+		if err != nil {
 			return err
+		}
+		// As upstream: suspending clears startTime, resuming restarts it (activeDeadlineSeconds
+		// counts the time the Job runs on end).
+		if suspended := ptr.Deref(job.Spec.Suspend, false); setSuspendedCondition(st, suspended, now) {
+			if suspended {
+				st.StartTime = nil
+			} else {
+				st.StartTime = &now
+			}
 		}
 	}
 	st.Active = int32(len(s.active))
@@ -424,29 +437,65 @@ func pastBackoffLimitOnFailure(job *batchv1.Job, restarts int32) bool {
 	return restarts >= limit
 }
 
-// manage creates the pods the Job lacks, once the pod failure back-off has passed (per index
-// with backoffLimitPerIndex).
-func (j *jobController) manage(ctx context.Context, key string, job *batchv1.Job, succeeded int32, s *jobPods) error {
+// setSuspendedCondition keeps the JobSuspended condition as upstream's ensureJobConditionStatus:
+// True (JobSuspended) while the Job is suspended, False (JobResumed) once a suspended Job is
+// resumed; whether it changed.
+func setSuspendedCondition(st *batchv1.JobStatus, suspended bool, now metav1.Time) bool {
+	c := batchv1.JobCondition{Type: batchv1.JobSuspended, Status: corev1.ConditionFalse, Reason: "JobResumed", Message: "Job resumed",
+		LastProbeTime: now, LastTransitionTime: now}
+	if suspended {
+		c.Status, c.Reason, c.Message = corev1.ConditionTrue, "JobSuspended", "Job suspended"
+	}
+	for i := range st.Conditions {
+		if old := &st.Conditions[i]; old.Type == batchv1.JobSuspended {
+			if old.Status == c.Status && old.Reason == c.Reason && old.Message == c.Message {
+				return false
+			}
+			*old = c
+			return true
+		}
+	}
+	if !suspended {
+		return false
+	}
+	st.Conditions = append(st.Conditions, c)
+	return true
+}
+
+// manage brings the Job's active pods to what it wants, as upstream's manageJob: a suspended
+// Job none, else parallelism, at most the completions left (a Job without completions, once a
+// pod succeeded, keeps what runs). It deletes the excess (returning how many, and of them
+// ready) or else creates the pods the Job lacks, once the pod failure back-off has passed (per
+// index with backoffLimitPerIndex).
+func (j *jobController) manage(ctx context.Context, key string, job *batchv1.Job, succeeded int32, s *jobPods) (removed, removedReady int32, err error) {
 	want := ptr.Deref(job.Spec.Parallelism, 1)
 	completions := job.Spec.Completions
 	switch {
+	case ptr.Deref(job.Spec.Suspend, false):
+		want = 0
 	case completions != nil:
-		want = min(want, *completions-succeeded)
+		want = max(0, min(want, *completions-succeeded))
 	case succeeded > 0:
-		want = 0 // a Job without completions is done once one pod succeeded: no new pods
+		want = int32(len(s.active))
+	}
+	if rm := activePodsForRemoval(job, s.active, len(s.active)-int(want)); len(rm) > 0 {
+		return j.removeActive(ctx, s, rm[:min(len(rm), burstReplicas)])
+	}
+	if ptr.Deref(job.Spec.Suspend, false) {
+		return 0, 0, nil
 	}
 	n := int(want) - len(s.active)
 	if onlyReplaceFailedPods(job) {
 		n -= len(s.terminating) // replaced once Failed
 	}
 	if n <= 0 {
-		return nil
+		return 0, 0, nil
 	}
 	perIndex := hasBackoffLimitPerIndex(job)
 	if !perIndex {
 		if wait := failureBackoff(s.succeeded, s.failed, j.c.sim.backoffBase()); wait > 0 {
 			j.c.after(wait, j.idx, key)
-			return nil
+			return 0, 0, nil
 		}
 	}
 	var indexes []int
@@ -493,10 +542,73 @@ func (j *jobController) manage(ctx context.Context, key string, job *batchv1.Job
 			}
 		}
 		if err := j.c.client.Create(ctx, pod); err != nil {
-			return err
+			return 0, 0, err
 		}
 	}
-	return nil
+	return 0, 0, nil
+}
+
+// activePodsForRemoval is upstream's choice of the active pods to delete, at least n: of an
+// Indexed Job first those of no valid index and all but one of each index (the one upstream
+// would keep), then the rest as upstream's controller.ActivePods ranks them.
+func activePodsForRemoval(job *batchv1.Job, active []*corev1.Pod, n int) []*corev1.Pod {
+	var rm []*corev1.Pod
+	left := active
+	if isIndexedJob(job) {
+		left = nil
+		byIndex := map[int][]*corev1.Pod{}
+		var indexes []int
+		for _, p := range active {
+			ix, ok := completionIndex(p, job.Spec.Completions)
+			if !ok {
+				rm = append(rm, p)
+				continue
+			}
+			if byIndex[ix] == nil {
+				indexes = append(indexes, ix)
+			}
+			byIndex[ix] = append(byIndex[ix], p)
+		}
+		sort.Ints(indexes)
+		for _, ix := range indexes {
+			ranked := rankForDeletion(byIndex[ix], nil)
+			rm = append(rm, ranked[:len(ranked)-1]...)
+			left = append(left, ranked[len(ranked)-1])
+		}
+	}
+	if len(rm) < n {
+		rm = append(rm, rankForDeletion(left, nil)[:n-len(rm)]...)
+	}
+	return rm
+}
+
+// removeActive deletes active pods as upstream's deleteJobPods: their tracking finalizer first,
+// so that a pod the controller removes does not count as failed; it takes them out of s.active.
+func (j *jobController) removeActive(ctx context.Context, s *jobPods, pods []*corev1.Pod) (removed, removedReady int32, err error) {
+	gone := map[types.UID]bool{}
+	for _, p := range pods {
+		if hasString(p.Finalizers, batchv1.JobTrackingFinalizer) {
+			if err := removeFinalizer(ctx, j.c, p, batchv1.JobTrackingFinalizer); err != nil && !apierrors.IsNotFound(err) {
+				return removed, removedReady, err
+			}
+		}
+		if err := j.c.client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); err != nil && !isGone(err) {
+			return removed, removedReady, err
+		}
+		gone[p.UID] = true
+		removed++
+		if isReady(p) {
+			removedReady++
+		}
+	}
+	keep := s.active[:0:0]
+	for _, p := range s.active {
+		if !gone[p.UID] {
+			keep = append(keep, p)
+		}
+	}
+	s.active = keep
+	return removed, removedReady, nil
 }
 
 // podFailureAction is what spec.podFailurePolicy makes of a failed pod, as upstream's

@@ -374,3 +374,92 @@ func TestIndexedJobMaxFailedIndexes(t *testing.T) {
 		g.Expect(p.Annotations).To(HaveKeyWithValue(batchv1.JobIndexFailureCountAnnotation, "0"))
 	}
 }
+
+// activeJobPods: the Job's pods that are neither finished nor being deleted.
+func activeJobPods(g Gomega, e *env, job string) []corev1.Pod {
+	var active []corev1.Pod
+	for _, p := range jobPods(g, e, job) {
+		if p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			active = append(active, p)
+		}
+	}
+	return active
+}
+
+// TestJobSuspendAndParallelism: a lowered parallelism deletes the excess running pods, and
+// suspending deletes them all, as upstream's manageJob; the controller removes their tracking
+// finalizer first, so none counts as failed and resuming replaces them at once (the failure
+// back-off here is an hour). JobSuspended is True (JobSuspended) while suspended and startTime
+// cleared, False (JobResumed) once resumed with startTime reset. An Indexed Job scaled down
+// (completions with parallelism) loses the pods of the indexes past completions.
+func TestJobSuspendAndParallelism(t *testing.T) {
+	g := NewWithT(t)
+	e := newWorkerEnv(t)
+	e.sim.Configure("test", simulate.ClusterOptions{JobRunTime: time.Hour})
+	e.sim.SetPodFailureBackoff(time.Hour)
+	ctx := context.Background()
+	getJob := func(g Gomega, name string) *batchv1.Job {
+		job, err := e.cs.BatchV1().Jobs("default").Get(ctx, name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		return job
+	}
+	e.kubectl(true, "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: batch\nspec:\n  completions: 6\n  parallelism: 3\n"+
+		"  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: task\n        image: busybox\n", "apply", "-f", "-")
+	g.Eventually(func(g Gomega) {
+		job := getJob(g, "batch")
+		g.Expect(job.Status.Active).To(BeEquivalentTo(3))
+		g.Expect(job.Status.Ready).To(HaveValue(BeEquivalentTo(3)))
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	started := getJob(g, "batch").Status.StartTime
+	g.Expect(started).NotTo(BeNil())
+
+	e.kubectl(true, "", "patch", "job/batch", "--type=merge", "-p", `{"spec":{"parallelism":1}}`)
+	g.Eventually(func(g Gomega) {
+		g.Expect(activeJobPods(g, e, "batch")).To(HaveLen(1))
+		job := getJob(g, "batch")
+		g.Expect(job.Status.Active).To(BeEquivalentTo(1))
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	g.Eventually(func(g Gomega) []corev1.Pod { return jobPods(g, e, "batch") }, 30*time.Second, 100*time.Millisecond).Should(HaveLen(1),
+		"the removed pods, without their finalizer, are gone once terminated")
+	g.Consistently(func(g Gomega) []corev1.Pod { return activeJobPods(g, e, "batch") }, time.Second, 100*time.Millisecond).Should(HaveLen(1),
+		"no replacement for a pod the controller removed")
+
+	e.kubectl(true, "", "patch", "job/batch", "--type=merge", "-p", `{"spec":{"suspend":true}}`)
+	g.Eventually(func(g Gomega) {
+		job := getJob(g, "batch")
+		g.Expect(job.Status.Active).To(BeZero())
+		g.Expect(job.Status.StartTime).To(BeNil(), "suspending clears startTime")
+		g.Expect(job.Status.Conditions).To(ContainElement(And(HaveField("Type", batchv1.JobSuspended), HaveField("Status", corev1.ConditionTrue),
+			HaveField("Reason", "JobSuspended"), HaveField("Message", "Job suspended"))))
+		g.Expect(jobPods(g, e, "batch")).To(BeEmpty())
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	job := getJob(g, "batch")
+	g.Expect(job.Status.Failed).To(BeZero(), "pods the controller removed are not failures")
+	g.Expect(job.Status.UncountedTerminatedPods).To(Or(BeNil(), HaveField("Failed", BeEmpty())))
+
+	e.kubectl(true, "", "patch", "job/batch", "--type=merge", "-p", `{"spec":{"suspend":false,"parallelism":2}}`)
+	g.Eventually(func(g Gomega) {
+		job := getJob(g, "batch")
+		g.Expect(job.Status.Active).To(BeEquivalentTo(2))
+		g.Expect(job.Status.Conditions).To(ContainElement(And(HaveField("Type", batchv1.JobSuspended), HaveField("Status", corev1.ConditionFalse),
+			HaveField("Reason", "JobResumed"), HaveField("Message", "Job resumed"))))
+		g.Expect(job.Status.StartTime).NotTo(BeNil())
+		g.Expect(job.Status.StartTime.Time).To(BeTemporally(">=", started.Time))
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed(), "resumed at once: no failure back-off")
+	g.Expect(getJob(g, "batch").Status.Failed).To(BeZero())
+
+	// Elastic Indexed Job: completions and parallelism 4 → 2.
+	e.kubectl(true, "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: shards\nspec:\n  completionMode: Indexed\n  completions: 4\n  parallelism: 4\n"+
+		"  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: task\n        image: busybox\n", "apply", "-f", "-")
+	g.Eventually(func(g Gomega) []corev1.Pod { return activeJobPods(g, e, "shards") }, 30*time.Second, 100*time.Millisecond).Should(HaveLen(4))
+	e.kubectl(true, "", "patch", "job/shards", "--type=merge", "-p", `{"spec":{"completions":2,"parallelism":2}}`)
+	g.Eventually(func(g Gomega) []string {
+		var indexes []string
+		for _, p := range activeJobPods(g, e, "shards") {
+			indexes = append(indexes, p.Annotations[batchv1.JobCompletionIndexAnnotation])
+		}
+		sort.Strings(indexes)
+		return indexes
+	}, 30*time.Second, 100*time.Millisecond).Should(Equal([]string{"0", "1"}))
+	g.Expect(getJob(g, "shards").Status.Failed).To(BeZero())
+}
