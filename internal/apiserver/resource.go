@@ -361,7 +361,7 @@ func (h *handler) serveUpdate(rq *reqScope) {
 	}
 	out, err := h.c.Update(rq.gvr, rq.ns, obj, store.UpdateOptions{
 		DryRun: len(opts.DryRun) > 0, FieldManager: opts.FieldManager, Subresource: rq.sub, FieldValidation: directive,
-		ValidateObject: h.grantValidator(rq),
+		ValidateObject: h.writeValidators(rq),
 	})
 	if err != nil {
 		h.writeError(rq.w, rq.r, err)
@@ -393,7 +393,7 @@ func (h *handler) servePatch(rq *reqScope) {
 	popts := store.PatchOptions{
 		DryRun: len(opts.DryRun) > 0, FieldManager: opts.FieldManager, Force: opts.Force != nil && *opts.Force,
 		Subresource: rq.sub, FieldValidation: fieldValidation(opts.FieldValidation),
-		ValidateObject: h.grantValidator(rq),
+		ValidateObject: h.writeValidators(rq),
 	}
 	res, err := h.c.PatchObject(rq.gvr, rq.ns, rq.name, pt, body, popts)
 	if err != nil {

@@ -194,5 +194,8 @@ func (e *env) kubectl(success bool, stdin string, args ...string) string {
 	if err := cmd.Run(); (err == nil) != success {
 		e.t.Fatalf("kubectl %s: %v (want success=%t)\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, success, out.String(), errOut.String())
 	}
+	if !success {
+		return out.String() + errOut.String() // what it was refused with
+	}
 	return out.String()
 }

@@ -280,6 +280,7 @@ func (c *cluster) start(opts Options) {
 		add(func(c *cluster, i int) controller { return newEphemeralVolumeController(c, i) })
 		add(func(c *cluster, i int) controller { return newAttachDetachController(c, i) })
 		add(func(c *cluster, i int) controller { return newKubeletVolumes(c, i) })
+		add(func(c *cluster, i int) controller { return newVolumeExpansion(c, i) })
 		add(func(c *cluster, i int) controller { return newReplicationControllerController(c, i) })
 		add(func(c *cluster, i int) controller { return newCronJobController(c, i) })
 	}

@@ -680,3 +680,71 @@ spec:
 	e.unschedulable(g, "again", "0/2 nodes are available: 1 node(s) didn't match PersistentVolume's node affinity, "+
 		"1 node(s) were unschedulable. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
 }
+
+// TestVolumeExpansion: a bound claim whose StorageClass allows expansion grows as the expand
+// controller, the CSI resizer and the kubelet grow it (the volume first, FileSystemResizePending
+// and NodeResizePending until a pod mounts it, then status.capacity); kube-apiserver's resize
+// admission and claim validation refuse what upstream refuses, with its messages, in its order.
+func TestVolumeExpansion(t *testing.T) {
+	g := NewWithT(t)
+	e := newWorkerEnv(t)
+	ctx := context.Background()
+	classClaim := func(name, class, more string) string {
+		return fmt.Sprintf("apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: %s\nprovisioner: disk.example.com\n%s---\n"+
+			"apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: %s\nspec:\n  storageClassName: %s\n  accessModes: [ReadWriteOnce]\n"+
+			"  resources: {requests: {storage: 1Gi}}\n---\n", class, more, name, class)
+	}
+	e.kubectl(true, classClaim("data", "growable", "allowVolumeExpansion: true\n")+classClaim("fixed", "fixed", "")+
+		classClaim("later", "later", "allowVolumeExpansion: true\nvolumeBindingMode: WaitForFirstConsumer\n"), "apply", "-f", "-")
+	e.kubectl(true, "", "wait", "--for=jsonpath={.status.phase}=Bound", "pvc/data", "pvc/fixed", "--timeout=30s")
+	grow := func(claim, size string) []string {
+		return []string{"patch", "pvc/" + claim, "-p", `{"spec":{"resources":{"requests":{"storage":"` + size + `"}}}}`}
+	}
+	g.Expect(e.kubectl(false, "", grow("fixed", "2Gi")...)).To(ContainSubstring(`persistentvolumeclaims "fixed" is forbidden: ` +
+		"only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize"))
+	// Validation runs before admission, as in kube-apiserver: a claim not bound keeps its spec.
+	g.Expect(e.kubectl(false, "", grow("later", "2Gi")...)).To(ContainSubstring(`The PersistentVolumeClaim "later" is invalid: ` +
+		"spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims"))
+	g.Expect(e.kubectl(false, "", "patch", "pvc/data", "-p", `{"spec":{"accessModes":["ReadWriteMany"]}}`)).To(ContainSubstring(
+		"spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims"))
+
+	// No pod mounts it: the volume grows, the file system waits for a pod.
+	e.kubectl(true, "", grow("data", "3Gi")...)
+	claim := func(g Gomega) *corev1.PersistentVolumeClaim {
+		pvc, err := e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		return pvc
+	}
+	g.Eventually(func(g Gomega) {
+		pvc := claim(g)
+		g.Expect(pvc.Annotations).To(HaveKeyWithValue("volume.kubernetes.io/storage-resizer", "disk.example.com"))
+		g.Expect(pvc.Status.AllocatedResourceStatuses).To(HaveKeyWithValue(corev1.ResourceStorage, corev1.PersistentVolumeClaimNodeResizePending))
+		g.Expect(pvc.Status.Conditions).To(ConsistOf(And(HaveField("Type", corev1.PersistentVolumeClaimFileSystemResizePending),
+			HaveField("Status", corev1.ConditionTrue), HaveField("Message", "Waiting for user to (re-)start a pod to finish file system resize of volume on node."))))
+		pv, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pv.Spec.Capacity.Storage().String()).To(Equal("3Gi"))
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	pvc := claim(g)
+	g.Expect(pvc.Status.Capacity.Storage().String()).To(Equal("1Gi"), "the file system is not grown before a pod mounts it")
+	g.Expect(pvc.Status.AllocatedResources.Storage().String()).To(Equal("3Gi"))
+
+	// A pod mounts it: the kubelet grows the file system.
+	e.kubectl(true, claimPod("app", "data"), "apply", "-f", "-")
+	e.kubectl(true, "", "wait", "--for=condition=Ready", "pod/app", "--timeout=30s")
+	g.Eventually(func(g Gomega) {
+		pvc := claim(g)
+		g.Expect(pvc.Status.Capacity.Storage().String()).To(Equal("3Gi"))
+		g.Expect(pvc.Status.Conditions).To(BeEmpty())
+		g.Expect(pvc.Status.AllocatedResourceStatuses).To(BeEmpty())
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	g.Expect(e.kubectl(true, "", "get", "pvc/data", "--no-headers")).To(MatchRegexp(`data\s+Bound\s+pvc-\S+\s+3Gi\s+RWO\s+growable`))
+
+	// Shrinking is refused at status.capacity and below (RecoverVolumeExpansionFailure).
+	g.Expect(e.kubectl(false, "", grow("data", "2Gi")...)).To(ContainSubstring(
+		"spec.resources.requests.storage: Forbidden: field can not be less than status.capacity"))
+
+	// Online: with the pod running, a second expansion completes without a restart.
+	e.kubectl(true, "", grow("data", "4Gi")...)
+	g.Eventually(func(g Gomega) string { return claim(g).Status.Capacity.Storage().String() }, 30*time.Second, 100*time.Millisecond).Should(Equal("4Gi"))
+}
