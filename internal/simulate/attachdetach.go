@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -28,16 +30,24 @@ import (
 // devicePath: ""}). A volume no pod on the node mounts any more is detached once the node's
 // kubelet no longer reports it in status.volumesInUse (kubeletvolumes.go): it leaves
 // volumesAttached first, then its VolumeAttachment is deleted, and the external attacher lets it
-// go. A deleted Node's volumes are detached at once. Not simulated: the forced detach after
-// maxWaitForUnmountDuration (6 min) from a node whose kubelet stopped reporting, multi-attach
-// errors, inline CSI volumes.
+// go. A deleted Node's volumes are detached at once. A volume still reported in use is detached
+// anyway, as upstream's reconciler does it, when its node has the node.kubernetes.io/out-of-service
+// taint, or when the node is not Ready and 6 minutes (maxWaitForUnmountDuration) have passed since
+// the detach was first wanted: a node whose kubelet is gone never unmounts it. Not simulated:
+// multi-attach errors, inline CSI volumes.
 type attachDetachController struct {
 	c   *cluster
 	idx int
+
+	mu sync.Mutex
+	// detachWanted: since when each VolumeAttachment (by name) no pod needs but its node still
+	// mounts, as upstream's actual state of the world keeps a detach request time (in memory:
+	// after a restart the wait starts again, as in kube-controller-manager).
+	detachWanted map[string]time.Time
 }
 
 func newAttachDetachController(c *cluster, idx int) *attachDetachController {
-	return &attachDetachController{c: c, idx: idx}
+	return &attachDetachController{c: c, idx: idx, detachWanted: map[string]time.Time{}}
 }
 
 func (a *attachDetachController) resources() []schema.GroupResource {
@@ -53,7 +63,8 @@ func (a *attachDetachController) observe(ch store.Change) {
 	case nodesGR:
 		old, _ := ch.Old.(*corev1.Node)
 		node, _ := ch.New.(*corev1.Node)
-		if old == nil || node == nil || !slices.Equal(old.Status.VolumesInUse, node.Status.VolumesInUse) {
+		if old == nil || node == nil || !slices.Equal(old.Status.VolumesInUse, node.Status.VolumesInUse) ||
+			nodeReady(old) != nodeReady(node) || hasTaintKey(old, corev1.TaintNodeOutOfService) != hasTaintKey(node, corev1.TaintNodeOutOfService) {
 			a.c.enqueue(a.idx, changedObject(ch).GetName())
 		}
 	}
@@ -109,13 +120,14 @@ func (a *attachDetachController) sync(ctx context.Context, name string) error {
 		un, wanted := byName[va.Name]
 		if !wanted {
 			un = a.volumeNameOf(va)
-			if un != "" && inUse[un] {
+			if un != "" && inUse[un] && !a.forceDetach(node, va.Name) {
 				attached[un] = va.Status.Attached // still mounted: it waits for the kubelet
 			} else {
 				detach = append(detach, va)
 			}
 			continue
 		}
+		a.forget(va.Name)
 		switch {
 		case !hasFinalizer(va, finalizer):
 			next := va.DeepCopy()
@@ -145,6 +157,7 @@ func (a *attachDetachController) sync(ctx context.Context, name string) error {
 		if err := a.c.client.Delete(ctx, va, client.Preconditions{UID: &va.UID}); err != nil && !isGone(err) {
 			return err
 		}
+		a.forget(va.Name)
 	}
 	for vaName, un := range byName {
 		if existing[vaName] {
@@ -161,6 +174,37 @@ func (a *attachDetachController) sync(ctx context.Context, name string) error {
 		}
 	}
 	return nil
+}
+
+// forceDetach reports whether a volume its node still mounts is detached anyway: at once from an
+// out-of-service node, from a node that is not Ready once maxWaitForUnmount has passed since the
+// detach was first wanted (the node's sync runs again then).
+func (a *attachDetachController) forceDetach(node *corev1.Node, vaName string) bool {
+	a.mu.Lock()
+	since, ok := a.detachWanted[vaName]
+	if !ok {
+		since = time.Now()
+		a.detachWanted[vaName] = since
+	}
+	a.mu.Unlock()
+	if hasTaintKey(node, corev1.TaintNodeOutOfService) {
+		return true
+	}
+	if nodeReady(node) {
+		return false
+	}
+	left := a.c.sim.maxWaitForUnmount() - time.Since(since)
+	if left > 0 {
+		a.c.after(left, a.idx, node.Name)
+		return false
+	}
+	return true
+}
+
+func (a *attachDetachController) forget(vaName string) {
+	a.mu.Lock()
+	delete(a.detachWanted, vaName)
+	a.mu.Unlock()
 }
 
 // volumeNameOf is the unique name of the volume a VolumeAttachment attaches, "" when its
@@ -191,4 +235,13 @@ func (a *attachDetachController) reportAttached(ctx context.Context, node *corev
 	next := node.DeepCopy()
 	next.Status.VolumesAttached = list
 	return client.IgnoreNotFound(a.c.client.Status().Update(ctx, next))
+}
+
+func hasTaintKey(n *corev1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
 }

@@ -24,3 +24,7 @@ func (s *Simulator) ForgetLeaseRenewal(cluster string) {
 // SetPodFailureBackoff sets the first delay of the Job controller's pod failure back-off and of
 // the kubelets' crash-loop back-off.
 func (s *Simulator) SetPodFailureBackoff(d time.Duration) { s.podFailureBackoff.Store(int64(d)) }
+
+// SetForceDetachTimeout shortens the attach/detach controller's wait for a not-Ready node to
+// unmount a volume before it detaches it anyway.
+func (s *Simulator) SetForceDetachTimeout(d time.Duration) { s.forceDetachTimeout.Store(int64(d)) }

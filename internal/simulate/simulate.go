@@ -59,6 +59,8 @@ type Simulator struct {
 	podGCQuarantine time.Duration
 	// podFailureBackoff: see DefaultPodFailureBackoff (tests shorten it).
 	podFailureBackoff atomic.Int64
+	// forceDetachTimeout: see maxWaitForUnmount (tests shorten it).
+	forceDetachTimeout atomic.Int64
 
 	mu       sync.Mutex
 	clusters map[string]*cluster
@@ -120,6 +122,18 @@ func (s *Simulator) backoffBase() time.Duration {
 		return d
 	}
 	return DefaultPodFailureBackoff
+}
+
+// maxWaitForUnmount is how long the attach/detach controller waits for a volume that no pod
+// needs any more to be unmounted by a node that is not Ready before it detaches it anyway
+// (kube-controller-manager's reconcilerMaxWaitForUnmountDuration).
+const maxWaitForUnmount = 6 * time.Minute
+
+func (s *Simulator) maxWaitForUnmount() time.Duration {
+	if d := time.Duration(s.forceDetachTimeout.Load()); d > 0 {
+		return d
+	}
+	return maxWaitForUnmount
 }
 
 // optionsFor merges a cluster's own settings over the simulator's.

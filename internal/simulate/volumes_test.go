@@ -11,10 +11,13 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
 )
@@ -747,4 +750,86 @@ func TestVolumeExpansion(t *testing.T) {
 	// Online: with the pod running, a second expansion completes without a restart.
 	e.kubectl(true, "", grow("data", "4Gi")...)
 	g.Eventually(func(g Gomega) string { return claim(g).Status.Capacity.Storage().String() }, 30*time.Second, 100*time.Millisecond).Should(Equal("4Gi"))
+}
+
+// setNodeReady sets a Node's Ready condition as the node lifecycle controller does (Unknown: its
+// kubelet stopped posting) and, with taint, adds that taint.
+func (e *env) setNodeReady(name string, status corev1.ConditionStatus, taint *corev1.Taint) {
+	e.t.Helper()
+	ctx := context.Background()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n := &corev1.Node{}
+		if err := e.client.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+			return err
+		}
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == corev1.NodeReady {
+				n.Status.Conditions[i].Status = status
+			}
+		}
+		if err := e.client.Status().Update(ctx, n); err != nil || taint == nil {
+			return err
+		}
+		n.Spec.Taints = append(n.Spec.Taints, *taint)
+		return e.client.Update(ctx, n)
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// TestForcedDetach: a volume no pod needs any more but a node whose kubelet stopped posting
+// still reports in use is detached anyway once maxWaitForUnmountDuration has passed (shortened
+// here), and at once from a node with the node.kubernetes.io/out-of-service taint, as upstream's
+// attach/detach reconciler does; so a claim can move on from a dead node.
+func TestForcedDetach(t *testing.T) {
+	g := NewWithT(t)
+	e := newWorkerEnv(t)
+	ctx := context.Background()
+	e.sim.SetForceDetachTimeout(2 * time.Second)
+	runAndStrand := func() (*storagev1.VolumeAttachment, corev1.UniqueVolumeName) {
+		e.kubectl(true, claimManifest, "apply", "-f", "-")
+		e.kubectl(true, "", "wait", "--for=condition=Ready", "pod/app", "--timeout=30s")
+		pvc, err := e.cs.CoreV1().PersistentVolumeClaims("default").Get(ctx, "data", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		pv, err := e.cs.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		va, err := e.cs.StorageV1().VolumeAttachments().Get(ctx, attachment(pv, "worker-0"), metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(va.Status.Attached).To(BeTrue())
+		return va, corev1.UniqueVolumeName("kubernetes.io/csi/" + pv.Spec.CSI.Driver + "^" + pv.Spec.CSI.VolumeHandle)
+	}
+	detached := func(g Gomega, va *storagev1.VolumeAttachment) {
+		_, err := e.cs.StorageV1().VolumeAttachments().Get(ctx, va.Name, metav1.GetOptions{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "VolumeAttachment %s: %v", va.Name, err)
+		node, err := e.cs.CoreV1().Nodes().Get(ctx, "worker-0", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(node.Status.VolumesAttached).To(BeEmpty())
+	}
+
+	// The kubelet stops posting; the pod goes; the node still reports the volume in use.
+	va, volume := runAndStrand()
+	e.setNodeReady("worker-0", corev1.ConditionUnknown, nil)
+	e.kubectl(true, "", "delete", "pod/app", "--wait=true", "--timeout=30s")
+	node, err := e.cs.CoreV1().Nodes().Get(ctx, "worker-0", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(node.Status.VolumesInUse).To(ConsistOf(volume), "a kubelet that stopped posting reports nothing")
+	_, err = e.cs.StorageV1().VolumeAttachments().Get(ctx, va.Name, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred(), "still mounted as far as anyone knows: not detached before the wait")
+	g.Eventually(func(g Gomega) { detached(g, va) }, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	node, err = e.cs.CoreV1().Nodes().Get(ctx, "worker-0", metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(node.Status.VolumesInUse).To(ConsistOf(volume), "detached by force, not because the kubelet unmounted it")
+
+	// Back, then down again with the out-of-service taint: detached at once (the wait is an hour now).
+	e.sim.SetForceDetachTimeout(time.Hour)
+	e.setNodeReady("worker-0", corev1.ConditionTrue, nil)
+	g.Eventually(func(g Gomega) []corev1.UniqueVolumeName {
+		node, err := e.cs.CoreV1().Nodes().Get(ctx, "worker-0", metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		return node.Status.VolumesInUse
+	}, 30*time.Second, 100*time.Millisecond).Should(BeEmpty())
+	va, _ = runAndStrand()
+	e.setNodeReady("worker-0", corev1.ConditionUnknown, &corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+	e.kubectl(true, "", "delete", "pod/app", "--wait=true", "--timeout=30s")
+	g.Eventually(func(g Gomega) { detached(g, va) }, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 }
