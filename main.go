@@ -42,6 +42,7 @@ import (
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
 	"github.com/goofy-capi/cluster-api-provider-goofy/controllers"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/memtrim"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/mux"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
@@ -87,6 +88,7 @@ type options struct {
 	listenerAddresses    string
 	listenerPortRange    string
 	shutdownTimeout      time.Duration
+	memoryTrimInterval   time.Duration
 	stateDir             string
 	workloadStorageQuota int64
 	workloadLimits       mux.Limits
@@ -150,6 +152,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.workloadLimits.MaxPortForwardStreams, "workload-max-port-forward-streams", def.MaxPortForwardStreams, "Streams forwarded at once per port-forward connection to a workload cluster; one more fails as a refused forward. 0: no limit.")
 	fs.StringSliceVar(&o.azureDefaultCredentialNamespaces, "azure-default-credential-namespaces", nil, "Comma-separated namespaces whose Azure-backed GoofyClusters may use the manager's own Azure credential and cloud without spec.backend.azure.identityRef. Empty (the default): none; every other GoofyCluster needs a GoofyAzureClusterIdentity that allows its namespace (docs/azure.md).")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 10*time.Second, "How long in-flight workload cluster requests may take on shutdown.")
+	fs.DurationVar(&o.memoryTrimInterval, "memory-trim-interval", memtrim.DefaultInterval, "How often the manager looks at its heap and, when it holds more free heap than it allocated since the last look (at least 16 MiB), returns it to the operating system (docs/performance.md). 0: never; the Go runtime then returns it slowly.")
 	fs.BoolVar(&o.workloads.Workloads, "simulate-workloads", true, "Run workloads in the simulated clusters: the scheduler, the kubelets' pod lifecycle and kube-controller-manager's Deployment, ReplicaSet, DaemonSet and disruption controllers (docs/workloads.md). Off, Deployments and DaemonSets report their rollouts at once and no pod runs.")
 	fs.DurationVar(&o.workloads.PodStartDelay, "pod-start-delay", simulate.DefaultPodStartDelay, "How long a simulated kubelet takes from a pod's binding to its containers running.")
 	fs.DurationVar(&o.workloads.JobRunTime, "job-run-time", simulate.DefaultJobRunTime, "How long a Job's pod runs in a simulated cluster before its containers exit 0.")
@@ -459,6 +462,9 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 		elected = alwaysLeader
 	}
 	if err := mgr.AddReadyzCheck("workload-listeners", restarter.ReadyzCheck(elected)); err != nil {
+		return err
+	}
+	if err := mgr.Add(memtrim.New(o.memoryTrimInterval, ctrl.Log.WithName("memtrim"))); err != nil {
 		return err
 	}
 	// Stop the listeners gracefully when the manager stops.

@@ -30,7 +30,9 @@ import (
 // ready, and what the Running pods cost: RSS, heap and state-file bytes per pod.
 func benchPods(b *testing.B, m *WorkloadClustersMux, db *storage.DB, names []string, nodesPerCluster, podsPerNode int) {
 	ctx := context.Background()
-	runtime.GC()
+	// The baseline with every free page returned: the manager's trimmer may return them later,
+	// and that must not count as memory the pods gave back.
+	debug.FreeOSMemory()
 	rssBefore := benchRSS()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
