@@ -830,6 +830,7 @@ func TestForcedDetach(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond).Should(BeEmpty())
 	va, _ = runAndStrand()
 	e.setNodeReady("worker-0", corev1.ConditionUnknown, &corev1.Taint{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
-	e.kubectl(true, "", "delete", "pod/app", "--wait=true", "--timeout=30s")
+	// The taint is NoExecute: the taint eviction controller may delete the pod before we do.
+	e.kubectl(true, "", "delete", "pod/app", "--ignore-not-found", "--wait=true", "--timeout=30s")
 	g.Eventually(func(g Gomega) { detached(g, va) }, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 }
