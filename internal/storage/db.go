@@ -369,6 +369,10 @@ func (db *DB) commitPending() {
 		}
 	}
 	db.settle(b, failed, txs, values)
+	// A Commit outlives its batch (every cluster keeps the one of its last write): it must not
+	// keep the batch's writes alive, whose encoders hold the objects of every cluster in it,
+	// versions long replaced among them.
+	b.writes = nil
 	close(b.done)
 }
 

@@ -3,8 +3,10 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 )
@@ -196,4 +198,30 @@ func TestReleasedPagesReadBack(t *testing.T) {
 	got, _, found := load(t, db, "c")
 	g.Expect(found).To(BeTrue())
 	g.Expect(got).To(Equal(want))
+}
+
+// A Commit handle outlives its write (every cluster keeps the one of its last write), so a
+// committed batch must not keep what its writes' encoders captured: superseded object versions.
+func TestCommittedWriteReleasesItsEncoder(t *testing.T) {
+	g := NewWithT(t)
+	db, err := Open(t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer db.Close()
+	released := make(chan struct{})
+	commit := func() Commit {
+		obj := &struct{ data [4096]byte }{}
+		runtime.AddCleanup(obj, func(ch chan struct{}) { close(ch) }, released)
+		return db.Put("c1", "k", 1, func() ([]byte, error) { return obj.data[:8], nil })
+	}()
+	g.Expect(commit.Wait()).To(Succeed())
+	g.Eventually(func() bool {
+		runtime.GC()
+		select {
+		case <-released:
+			return true
+		default:
+			return false
+		}
+	}, 5*time.Second, 10*time.Millisecond).Should(BeTrue(), "the encoder's object is unreachable once its write is on disk")
+	runtime.KeepAlive(commit)
 }
