@@ -98,6 +98,22 @@ func (c *cache) apply(ch store.Change) {
 	c.index(ch.Resource, key, ch.New)
 }
 
+// relocated keeps the new memory of a stored version that moved (store.Change.Relocated), so
+// that the old one can be freed; the indexes hold keys and pods, and the pod is the same.
+func (c *cache) relocated(ch store.Change) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.objs[ch.Resource]
+	if m[ch.Key] != ch.Old {
+		return
+	}
+	m[ch.Key] = ch.New
+	if pod, ok := ch.New.(*corev1.Pod); ok {
+		replaceIn(c.podsByNamespace, pod.Namespace, ch.Key, pod)
+		replaceIn(c.podsByNode, pod.Spec.NodeName, ch.Key, pod)
+	}
+}
+
 func (c *cache) index(gr schema.GroupResource, key string, obj client.Object) {
 	if pod, ok := obj.(*corev1.Pod); ok {
 		addTo(c.podsByNamespace, pod.Namespace, key, pod)
@@ -148,6 +164,15 @@ func addTo[V any](m map[string]map[string]V, outer, key string, v V) {
 		m[outer] = inner
 	}
 	inner[key] = v
+}
+
+// replaceIn replaces what m holds at outer and key, if it holds something there.
+func replaceIn[V any](m map[string]map[string]V, outer, key string, v V) {
+	if inner := m[outer]; inner != nil {
+		if _, ok := inner[key]; ok {
+			inner[key] = v
+		}
+	}
 }
 
 func removeFrom[V any](m map[string]map[string]V, outer, key string) {

@@ -353,6 +353,12 @@ func (c *cluster) jobRunTime() time.Duration {
 // observe keeps the cache and hands the change to the controllers that watch its kind. The store
 // calls it under its lock.
 func (c *cluster) observe(ch store.Change) {
+	if ch.Relocated {
+		if c.cached[ch.Resource] {
+			c.cache.relocated(ch)
+		}
+		return // the same version: nothing for a controller to do
+	}
 	if c.cached[ch.Resource] {
 		c.cache.apply(ch)
 	}

@@ -45,8 +45,9 @@ type history struct {
 // at returns the i-th oldest retained event.
 func (h *history) at(i int) *Event { return h.buf[(h.head+i)%len(h.buf)] }
 
-func (h *history) add(e *Event) {
-	h.expire(e.At)
+// add appends e, first dropping the events that expired, handing each to dropped.
+func (h *history) add(e *Event, dropped func(*Event)) {
+	h.expire(e.At, dropped)
 	if h.n == len(h.buf) {
 		if len(h.buf) < h.limit {
 			h.grow()
@@ -62,11 +63,13 @@ func (h *history) add(e *Event) {
 	}
 }
 
-// expire drops events older than the ttl at time now (unix nanoseconds) and gives back the
-// ring's memory once it is mostly empty.
-func (h *history) expire(now int64) {
+// expire drops events older than the ttl at time now (unix nanoseconds), handing each to
+// dropped, and gives back the ring's memory once it is mostly empty.
+func (h *history) expire(now int64, dropped func(*Event)) {
 	for h.n > 0 && now-h.at(0).At > int64(h.ttl) {
+		e := h.at(0)
 		h.dropOldest()
+		dropped(e)
 	}
 	if h.n == 0 {
 		h.buf, h.head = nil, 0
@@ -174,8 +177,8 @@ func (o *Objects) OldestCovered(gr schema.GroupResource) uint64 { return o.hist.
 // returns when the next one expires, false if none is left: an idle cluster keeps no old
 // object versions alive and needs no timer.
 func (o *Objects) ExpireEvents(now int64) (time.Time, bool) {
-	o.hist.expire(now)
 	o.settle() // nor does the log of unsettled changes keep the last writes' objects alive
+	o.hist.expire(now, o.expired)
 	return o.NextExpiry()
 }
 

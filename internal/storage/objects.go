@@ -35,6 +35,8 @@ type Objects struct {
 	commit Commit // the last write queued to db
 	// unsettled are the changes not yet seen on disk, oldest first (rollback.go); with a db only.
 	unsettled []unsettledChange
+	// relocated hears of each stored version moved to fresh memory (relocate.go); nil: nobody.
+	relocated func(Relocation)
 }
 
 // HistoryOptions bound the history of changes kept for watches.
@@ -221,7 +223,7 @@ func (o *Objects) persistPut(gr schema.GroupResource, key string, v Value) {
 
 func (o *Objects) record(typ watch.EventType, gr schema.GroupResource, key string, obj, old Value, size int) *Event {
 	e := &Event{Type: typ, RV: o.rv, At: time.Now().UnixNano(), GR: gr, Key: key, Obj: obj, Old: old, Size: size}
-	o.hist.add(e)
+	o.hist.add(e, o.expired)
 	return e
 }
 

@@ -192,12 +192,7 @@ func TestEncodingCacheStaysBounded(t *testing.T) {
 // not yet seen on disk keeps none of its last writes' object versions alive either.
 func TestIdleClusterKeepsNoUnsettledChanges(t *testing.T) {
 	g := NewWithT(t)
-	db, err := Open(t.TempDir())
-	g.Expect(err).NotTo(HaveOccurred())
-	defer db.Close()
-	o := NewObjects("c", testHistory, db)
-	_, err = o.Load(decodeConfigMaps)
-	g.Expect(err).NotTo(HaveOccurred())
+	o, _ := durableObjects(t)
 	first := cm("a", "1")
 	o.Put(configMaps, first, nil)
 	o.Put(configMaps, cm("a", "2"), first)

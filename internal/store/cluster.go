@@ -91,6 +91,7 @@ func newCluster(name string, opts ClusterOptions, db *storage.DB) (*Cluster, err
 		quota:   opts.StorageQuota,
 	}
 	c.objs.Share(sharedResources...)
+	c.objs.OnRelocate(c.informRelocatedLocked)
 	if c.quota == 0 {
 		c.quota = DefaultStorageQuota
 	}

@@ -19,6 +19,9 @@ type Change struct {
 	// which a handler keeping it for as long as the object exists holds at no extra cost.
 	Key      string
 	Old, New client.Object
+	// Relocated: nothing changed, New is Old moved to fresh memory (the same version; storage's
+	// relocate.go). A cache that holds Old keeps New instead; there is nothing to react to.
+	Relocated bool
 }
 
 // ChangeHandler receives a cluster's committed changes in commit order, while the cluster's
@@ -89,6 +92,16 @@ func (c *Cluster) inform(inf *informer, resources []schema.GroupResource) (stop 
 		}
 		if len(c.informers) == 0 {
 			c.informers = nil
+		}
+	}
+}
+
+// informRelocatedLocked tells the informers of its resource that a stored version moved.
+// Callers hold c.mu.
+func (c *Cluster) informRelocatedLocked(r storage.Relocation) {
+	for _, inf := range c.informers {
+		if inf.all || inf.resources[r.GR] {
+			inf.handle(Change{Resource: r.GR, Key: r.Key, Old: r.Old, New: r.New, Relocated: true})
 		}
 	}
 }
