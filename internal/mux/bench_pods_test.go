@@ -128,6 +128,10 @@ func benchPods(b *testing.B, m *WorkloadClustersMux, db *storage.DB, names []str
 		b.ReportMetric(float64(benchRSS()-rssBefore)/pods, "RSS-B/pod-settled")
 		b.ReportMetric(float64(int64(settled.HeapInuse)-int64(before.HeapInuse))/pods, "heap-inuse-B/pod-settled")
 		b.ReportMetric(float64(int64(settled.HeapAlloc)-int64(before.HeapAlloc))/pods, "heap-live-B/pod-settled")
+		if path := os.Getenv("GOOFY_BENCH_SETTLED_HEAP_PROFILE"); path != "" {
+			// The settled pods' heap: what holds the heap in use beyond the live bytes.
+			benchWriteHeapProfile(b, path)
+		}
 		// What the process holds once the runtime gave back the pages it no longer uses.
 		debug.FreeOSMemory()
 		b.ReportMetric(float64(benchRSS()-rssBefore)/pods, "RSS-B/pod-settled-scavenged")

@@ -3,7 +3,7 @@ package store
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/json"
+	"reflect"
 	"slices"
 	"sync"
 	"unsafe"
@@ -20,38 +20,15 @@ import (
 // every one labelled and annotated alike, admin, edit and view with long aggregated rule lists.
 // Stored objects are never mutated (readers and writers copy them), so equal values can be one
 // value: an object about to be stored takes the shared copy of its labels, annotations and, for
-// RBAC kinds, its rules and subjects. Each table is bounded; values beyond it stay as they are.
-
-// maxInterned bounds the values one table keeps (they are never dropped: a bound, not a cache).
-const maxInterned = 4096
-
-type internTable[T any] struct {
-	mu     sync.Mutex
-	values map[[sha256.Size]byte]T
-}
-
-// intern returns the table's value of the same content as v (canonical is v's content as bytes),
-// adding v if the table has room.
-func (t *internTable[T]) intern(v T, canonical []byte) T {
-	key := sha256.Sum256(canonical)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if shared, ok := t.values[key]; ok {
-		return shared
-	}
-	if t.values == nil {
-		t.values = map[[sha256.Size]byte]T{}
-	}
-	if len(t.values) < maxInterned {
-		t.values[key] = v
-	}
-	return v
-}
+// RBAC kinds, its rules and subjects. The tables are weak (weakTable): a value that no stored
+// object (nor anything else) uses any more is collected and its entry swept, so a fleet's unique
+// values (every node's hostname label, every cluster's own owner references) never fill a table
+// and stop what comes after them from being shared.
 
 var (
-	internedMaps     internTable[map[string]string]
-	internedRules    internTable[[]rbacv1.PolicyRule]
-	internedSubjects internTable[[]rbacv1.Subject]
+	internedMaps     weakTable[mapHeader]
+	internedRules    weakTable[rbacv1.PolicyRule]
+	internedSubjects weakTable[rbacv1.Subject]
 )
 
 // internObject points obj, which its caller owns and is about to store, at the shared copies of
@@ -65,13 +42,13 @@ func internObject(obj client.Object) {
 	}
 	switch o := obj.(type) {
 	case *rbacv1.ClusterRole:
-		o.Rules = internJSON(&internedRules, o.Rules)
+		o.Rules = internProto(&internedRules, o.Rules)
 	case *rbacv1.Role:
-		o.Rules = internJSON(&internedRules, o.Rules)
+		o.Rules = internProto(&internedRules, o.Rules)
 	case *rbacv1.ClusterRoleBinding:
-		o.Subjects = internJSON(&internedSubjects, o.Subjects)
+		o.Subjects = internProto(&internedSubjects, o.Subjects)
 	case *rbacv1.RoleBinding:
-		o.Subjects = internJSON(&internedSubjects, o.Subjects)
+		o.Subjects = internProto(&internedSubjects, o.Subjects)
 	case *corev1.Pod:
 		internPod(o)
 	}
@@ -92,22 +69,28 @@ func internMap(m map[string]string) map[string]string {
 		return m
 	}
 	slices.Sort(keys)
-	canonical := make([]byte, 0, size)
+	bp := canonicalBuffers.Get().(*[]byte)
+	defer canonicalBuffers.Put(bp)
+	canonical := (*bp)[:0]
 	for _, k := range keys {
 		canonical = append(append(append(append(canonical, k...), 0), m[k]...), 0)
 	}
-	return internedMaps.intern(m, canonical)
+	*bp = canonical
+	header, _ := internedMaps.intern(canonical, mapHeaderOf(m), len(m))
+	return mapOf(header)
 }
 
-func internJSON[T any](t *internTable[[]T], v []T) []T {
-	if len(v) == 0 {
-		return v
-	}
-	canonical, err := json.Marshal(v)
-	if err != nil {
-		return v
-	}
-	return t.intern(v, canonical)
+// mapHeader stands for the runtime's header of a map. A map value is one pointer, to its header
+// (reflect.Value.UnsafePointer returns it), so the table's weak pointer to a shared map is one to
+// its header, and the map is that pointer again.
+type mapHeader struct{}
+
+func mapHeaderOf(m map[string]string) *mapHeader {
+	return (*mapHeader)(reflect.ValueOf(m).UnsafePointer())
+}
+
+func mapOf(h *mapHeader) map[string]string {
+	return *(*map[string]string)(unsafe.Pointer(&h))
 }
 
 // Pods are the objects a fleet holds most of, thousands per cluster, and each is written several
@@ -175,37 +158,39 @@ func internProto[E any, P protoElem[E]](t *weakTable[E], v []E) []E {
 		}
 	}
 	*bp = canonical
-	return t.intern(v[:len(v):len(v)], canonical)
+	first, n := t.intern(canonical, &v[0], len(v))
+	return unsafe.Slice(first, n)
 }
 
-// weakTable shares slices of E by content, for as long as something uses them.
-type weakTable[E any] struct {
+// weakTable shares values by content (slices by their first element, maps by their header), for
+// as long as something uses them.
+type weakTable[T any] struct {
 	mu     sync.Mutex
-	values map[[sha256.Size]byte]weakSlice[E]
+	values map[[sha256.Size]byte]weakValue[T]
 	// live is the number of entries after the last sweep of collected ones; the next sweep is
 	// due when the table has doubled since, so sweeping costs O(1) per insertion.
 	live int
 }
 
-// weakSlice is a slice the table does not keep alive: its first element and its length.
-type weakSlice[E any] struct {
-	first weak.Pointer[E]
+// weakValue is a value the table does not keep alive: where it starts, and its length.
+type weakValue[T any] struct {
+	first weak.Pointer[T]
 	n     int
 }
 
-// intern returns the table's slice of canonical's content, v (not empty, len == cap) when the
-// table has none or its slice was collected.
-func (t *weakTable[E]) intern(v []E, canonical []byte) []E {
+// intern returns the table's value of canonical's content, or first and n (a value starting at
+// first, of length n) when the table has none or its value was collected.
+func (t *weakTable[T]) intern(canonical []byte, first *T, n int) (*T, int) {
 	key := sha256.Sum256(canonical)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if w, ok := t.values[key]; ok {
-		if first := w.first.Value(); first != nil {
-			return unsafe.Slice(first, w.n)
+		if shared := w.first.Value(); shared != nil {
+			return shared, w.n
 		}
 	}
 	if t.values == nil {
-		t.values = map[[sha256.Size]byte]weakSlice[E]{}
+		t.values = map[[sha256.Size]byte]weakValue[T]{}
 	}
 	if len(t.values) >= 2*max(t.live, 512) {
 		for k, w := range t.values {
@@ -215,6 +200,6 @@ func (t *weakTable[E]) intern(v []E, canonical []byte) []E {
 		}
 		t.live = len(t.values)
 	}
-	t.values[key] = weakSlice[E]{first: weak.Make(&v[0]), n: len(v)}
-	return v
+	t.values[key] = weakValue[T]{first: weak.Make(first), n: n}
+	return first, n
 }

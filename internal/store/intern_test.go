@@ -129,3 +129,26 @@ func TestWeakTableForgetsUnusedValues(t *testing.T) {
 	again := internProto(&table, []corev1.Toleration{{Key: "kept", Operator: corev1.TolerationOpExists}})
 	g.Expect(&again[0]).To(BeIdenticalTo(&kept[0]))
 }
+
+// TestSharingOutlastsUniqueValues: a fleet's unique labels (every node's hostname) are many;
+// labels that pods share are shared still once thousands of unique ones were stored, and a map
+// nothing uses any more is not kept.
+func TestSharingOutlastsUniqueValues(t *testing.T) {
+	g := NewWithT(t)
+	unique := make([]map[string]string, 0, 10000)
+	for i := range cap(unique) {
+		unique = append(unique, internMap(map[string]string{"kubernetes.io/hostname": fmt.Sprintf("node-%d", i)}))
+	}
+	a := internMap(map[string]string{"app": "web", "pod-template-hash": "5d9c7b8f4"})
+	b := internMap(map[string]string{"pod-template-hash": "5d9c7b8f4", "app": "web"})
+	g.Expect(reflect.ValueOf(b).Pointer()).To(Equal(reflect.ValueOf(a).Pointer()), "one labels map")
+	g.Expect(b).To(Equal(map[string]string{"app": "web", "pod-template-hash": "5d9c7b8f4"}))
+	runtime.KeepAlive(unique)
+
+	// A map nothing uses any more is not kept: the next equal one is the caller's own.
+	internMap(map[string]string{"gone": "soon"})
+	runtime.GC()
+	fresh := map[string]string{"gone": "soon"}
+	g.Expect(reflect.ValueOf(internMap(fresh)).Pointer()).To(Equal(reflect.ValueOf(fresh).Pointer()))
+	runtime.KeepAlive(a)
+}
