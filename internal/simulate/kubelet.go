@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
@@ -403,8 +404,10 @@ func orderConditions(pod *corev1.Pod) {
 	})
 }
 
+// equalStatus: whether a status write would change nothing, as the kubelet's status manager
+// decides it (semantic equality: empty and nil lists alike, quantities by value).
 func equalStatus(a, b *corev1.Pod) bool {
-	return a.Status.String() == b.Status.String()
+	return apiequality.Semantic.DeepEqual(&a.Status, &b.Status)
 }
 
 // imageIDs are the images' IDs computed so far, one string per image however many pods of the

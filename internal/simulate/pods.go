@@ -107,6 +107,21 @@ func podRequests(spec *corev1.PodSpec) corev1.ResourceList {
 	return out
 }
 
+// addPodRequests adds what podRequests returns for spec to into. A pod without init containers
+// asks for the sum of its containers' requests and its overhead, which are added to into as they
+// are: the scheduler sums every pod on a node for each node it weighs, and a list made per pod
+// was a sixth of a fleet's CPU while its pods were scheduled.
+func addPodRequests(into corev1.ResourceList, spec *corev1.PodSpec) {
+	if len(spec.InitContainers) > 0 {
+		addResources(into, podRequests(spec))
+		return
+	}
+	for i := range spec.Containers {
+		addResources(into, spec.Containers[i].Resources.Requests)
+	}
+	addResources(into, spec.Overhead)
+}
+
 func addResources(into, add corev1.ResourceList) {
 	for name, q := range add {
 		cur := into[name]

@@ -262,11 +262,11 @@ func (s *scheduler) fit(pod *corev1.Pod, req corev1.ResourceList, node *corev1.N
 			continue
 		}
 		pods++
-		addResources(used, podRequests(&p.Spec))
+		addPodRequests(used, &p.Spec)
 	}
 	for _, p := range s.assumedOn(node.Name) {
 		pods++
-		addResources(used, podRequests(&p.Spec))
+		addPodRequests(used, &p.Spec)
 	}
 	alloc := node.Status.Allocatable
 	var insufficient []string
