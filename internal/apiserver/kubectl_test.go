@@ -20,6 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
 
 // kubectl runs the real kubectl binary (from the envtest build) against a test cluster.
@@ -333,7 +336,12 @@ func TestKubectlDrain(t *testing.T) {
 // delete is immediate, and exec says plainly that nothing runs behind the pod.
 func TestKubectlPodDeletion(t *testing.T) {
 	g := NewWithT(t)
-	k, cs, c := kubectlWithNode(t)
+	// The kubelet confirms a graceful deletion after PodStopDelay: 5 s, so that the pod is still
+	// Terminating when a kubectl started after the delete reads it on a loaded machine (the
+	// default second was not always enough beside the e2e suite).
+	env := newTestEnvSimulated(t, Options{}, store.ClusterOptions{}, simulate.Options{PodStopDelay: 5 * time.Second})
+	createNode(t, env, readyNode("worker-0"))
+	k, cs, c := newKubectl(t, env), env.clientset(t), ctx(t)
 	for _, name := range []string{"graceful", "forced"} {
 		_, err := cs.CoreV1().Pods("default").Create(c, testPod("default", name, "worker-0", nil), metav1.CreateOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
