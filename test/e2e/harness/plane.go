@@ -151,6 +151,15 @@ func Start(ctx context.Context, opts Options) (_ *Plane, retErr error) {
 
 func (p *Plane) logFile(name string) string { return filepath.Join(p.opts.OutputDir, name+".log") }
 
+// apiServerGOGC is the plane's kube-apiserver's garbage collector setting. Its heap is small and
+// CAPI's custom-resource patches allocate fast, so at Go's default (100) collection took about a
+// fifth of its CPU (a CPU profile during TestStress: gcBgMarkWorker 14.5 %, plus the allocating
+// requests' assists), and it is the plane's largest CPU user (300 CPU-seconds in two TestStress
+// rounds, against CAPI core's 70). Four times the heap growth between collections costs memory
+// the machine has and leaves CAPI's managers the CPU: a saturated plane is what sets off CAPI's
+// machines/status conflict storm (docs/performance.md).
+const apiServerGOGC = "GOGC=400"
+
 // startAPIServer starts etcd and kube-apiserver with envtest's control plane (certificates,
 // authentication, health checks) and writes an administrator kubeconfig.
 func (p *Plane) startAPIServer() error {
@@ -167,7 +176,7 @@ func (p *Plane) startAPIServer() error {
 	// Both die with the harness, however it ends (see withParentDeath).
 	wrappers := filepath.Join(p.opts.OutputDir, "parent-death")
 	var err error
-	if api.Path, err = withParentDeath(wrappers, filepath.Join(p.opts.Binaries.Assets, "kube-apiserver")); err != nil {
+	if api.Path, err = withParentDeath(wrappers, filepath.Join(p.opts.Binaries.Assets, "kube-apiserver"), apiServerGOGC); err != nil {
 		return err
 	}
 	if p.env.ControlPlane.Etcd.Path, err = withParentDeath(wrappers, filepath.Join(p.opts.Binaries.Assets, "etcd")); err != nil {

@@ -55,8 +55,9 @@ func execWithParentDeath(target string) {
 	os.Exit(127)
 }
 
-// withParentDeath writes a wrapper for binary into dir and returns its path.
-func withParentDeath(dir, binary string) (string, error) {
+// withParentDeath writes a wrapper for binary into dir and returns its path. env ("NAME=value")
+// is added to the binary's environment.
+func withParentDeath(dir, binary string, env ...string) (string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return "", err
@@ -68,7 +69,12 @@ func withParentDeath(dir, binary string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	script := fmt.Sprintf("#!/bin/sh\n%s=%s %s=%d exec %s \"$@\"\n",
+	var assignments strings.Builder
+	for _, e := range env {
+		name, value, _ := strings.Cut(e, "=")
+		fmt.Fprintf(&assignments, "%s=%s ", name, shellQuote(value))
+	}
+	script := fmt.Sprintf("#!/bin/sh\n%s%s=%s %s=%d exec %s \"$@\"\n", assignments.String(),
 		parentDeathExecEnv, shellQuote(target), parentDeathParentEnv, os.Getpid(), shellQuote(self))
 	wrapper := filepath.Join(dir, filepath.Base(binary))
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {

@@ -8,5 +8,5 @@ import "syscall"
 // teardown leaves its children running, and their process groups must be stopped by hand.
 func killWithParent(*syscall.SysProcAttr) {}
 
-// withParentDeath is the identity outside Linux (see killWithParent).
-func withParentDeath(_, binary string) (string, error) { return binary, nil }
+// withParentDeath is the identity outside Linux (see killWithParent); env is not added there.
+func withParentDeath(_, binary string, _ ...string) (string, error) { return binary, nil }

@@ -100,19 +100,28 @@ func TestPlaneDiesWithTheHarness(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(bins.Assets, "kube-apiserver")); err != nil {
 		t.Skipf("envtest binaries not built (run hack/envtest.sh): %v", err)
 	}
-	expectChildrenDieWithKilledHelper(t, planeHelperEnv, "etcd", "kube-apiserver")
+	expectChildrenDieWithKilledHelper(t, planeHelperEnv, func(g Gomega, names map[int]string) {
+		// The wrapper hands kube-apiserver its garbage collector setting (apiServerGOGC).
+		for pid, name := range names {
+			if name == "kube-apiserver" {
+				environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(strings.Split(string(environ), "\x00")).To(ContainElement(apiServerGOGC))
+			}
+		}
+	}, "etcd", "kube-apiserver")
 }
 
 // TestChildrenDieWithTheHarness: a harness killed with SIGKILL, so without teardown, leaves no
 // plane process behind.
 func TestChildrenDieWithTheHarness(t *testing.T) {
-	expectChildrenDieWithKilledHelper(t, orphanHelperEnv, "sleep")
+	expectChildrenDieWithKilledHelper(t, orphanHelperEnv, nil, "sleep")
 }
 
 // expectChildrenDieWithKilledHelper runs this test binary as the helper helperEnv selects, reads
-// the PIDs it prints, expects them to be the commands named, SIGKILLs the helper and expects
-// every one of them to die.
-func expectChildrenDieWithKilledHelper(t *testing.T, helperEnv string, commands ...string) {
+// the PIDs it prints, expects them to be the commands named, runs check (if any) on them while they
+// run, SIGKILLs the helper and expects every one of them to die.
+func expectChildrenDieWithKilledHelper(t *testing.T, helperEnv string, check func(Gomega, map[int]string), commands ...string) {
 	if runtime.GOOS != "linux" {
 		t.Skip("parent-death signals are Linux only")
 	}
@@ -136,6 +145,9 @@ func expectChildrenDieWithKilledHelper(t *testing.T, helperEnv string, commands 
 		names[pid] = strings.TrimSpace(string(comm))
 	}
 	g.Expect(names).To(ContainElements(commands), "children of the helper")
+	if check != nil {
+		check(g, names)
+	}
 
 	g.Expect(helper.Process.Kill()).To(Succeed())
 	_ = helper.Wait()
