@@ -110,7 +110,7 @@ func capdServer(t *testing.T) string {
 		}
 		cache = filepath.Join(base, "goofy")
 	}
-	pkg := filepath.Join(cache, "capd", "tools-v1.14.2", "benchapi-capdserver")
+	pkg := filepath.Join(cache, "capd", "capdserver-v1.14.2", "benchapi-capdserver")
 	built, err1 := os.ReadFile(filepath.Join(pkg, "main.go"))
 	src, err2 := os.ReadFile(filepath.Join("capdserver", "main.go"))
 	if _, err := os.Stat(filepath.Join(pkg, "capdserver")); err != nil || err1 != nil || err2 != nil || !bytes.Equal(built, src) {

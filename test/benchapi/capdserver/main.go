@@ -6,11 +6,11 @@
 // drive them), seeded from -seed, serving TLS on -port; it writes -kubeconfig-out once it serves and
 // runs until SIGTERM.
 //
-// It is not built with this repository's module: build-capdserver.sh builds it in the module
-// test/bench/build-capd.sh keeps for CAPD under the user cache, against
-// sigs.k8s.io/cluster-api/test, which needs neither Docker nor kind at run time but would add
-// their libraries to Goofy's go.mod. The ignore constraint keeps it out of this module, `go mod
-// tidy` included (tidy honours every build tag but ignore); the script names the file to build.
+// It is not built with this repository's module: build-capdserver.sh builds it in a module of its
+// own under the user cache, against sigs.k8s.io/cluster-api/test, which needs neither Docker nor
+// kind at run time but would add their libraries to Goofy's go.mod. The ignore constraint keeps it
+// out of this module, `go mod tidy` included (tidy honours every build tag but ignore); the script
+// names the file to build.
 package main
 
 import (
