@@ -66,9 +66,13 @@ manifests: $(CONTROLLER_GEN) ## Generate CRDs (config/crd/bases), RBAC (config/r
 fmt: ## Run gofmt on the code.
 	gofmt -s -w $$(git ls-files '*.go')
 
+# The modules whose packages go vet and the tests cover: Goofy's, and the two test modules of their
+# own (the Helm SDK test, CAPI's e2e specs).
+GO_MODULES := . test/helm test/capi-e2e
+
 .PHONY: vet
-vet: ## Run go vet.
-	go vet ./...
+vet: ## Run go vet (every analyzer) on Goofy's module and its two test modules.
+	@set -e; for m in $(GO_MODULES); do echo "go -C $$m vet ./..."; go -C $$m vet ./...; done
 
 .PHONY: lint
 lint: vet staticcheck ## Run go vet and staticcheck.
@@ -150,7 +154,7 @@ E2E_UPSTREAM_TIMEOUT ?= 120m
 e2e-upstream: ## Run CAPI's own e2e specs (sigs.k8s.io/cluster-api/test/e2e) against Goofy on the local plane (test/capi-e2e; E2E_FOCUS, E2E_SKIP, E2E_LABELS).
 	@# CAPI's framework leaves a workload cluster's kubeconfig in the temporary directory: one of ours.
 	tmp="$$(mktemp -d)"; trap 'rm -rf "$$tmp"' EXIT; \
-	TMPDIR="$$tmp" GOOFY_MANAGER=$(CURDIR)/bin/goofy-capi-e2e-manager go -C test/capi-e2e test -count=1 -v -timeout $(E2E_UPSTREAM_TIMEOUT) . -args -ginkgo.v -ginkgo.no-color \
+	TMPDIR="$$tmp" GOOFY_MANAGER=$(CURDIR)/bin/goofy-capi-e2e-manager go -C test/capi-e2e test -count=1 -v $(GO_TEST_FLAGS) -timeout $(E2E_UPSTREAM_TIMEOUT) . -args -ginkgo.v -ginkgo.no-color \
 		$(if $(E2E_FOCUS),-ginkgo.focus="$(E2E_FOCUS)") $(if $(E2E_SKIP),-ginkgo.skip="$(E2E_SKIP)") \
 		$(if $(E2E_LABELS),-ginkgo.label-filter="$(E2E_LABELS)")
 
