@@ -435,7 +435,10 @@ func TestKubectlTop(t *testing.T) {
 	g.Expect(out).To(MatchRegexp(`(?m)^api-0\s+\d+m\s+\d+Mi\s*$`))
 	out, _ = k.run("", "get", "nodes.metrics.k8s.io")
 	g.Expect(strings.Fields(strings.SplitN(out, "\n", 2)[0])).To(Equal([]string{"NAME", "CPU", "MEMORY", "WINDOW"}))
-	g.Expect(out).To(MatchRegexp(`(?m)^worker-0\s+\d+n\s+\d+Ki\s+15s\s*$`))
+	// Both are canonical quantities, as metrics-server's print: the cpu rate in nanocores (u or m
+	// when it is a whole number of those, one value in a thousand), the working set in whole pages
+	// (Mi when it is a whole number of MiB, one value in 256).
+	g.Expect(out).To(MatchRegexp(`(?m)^worker-0\s+\d+[num]?\s+\d+[KMG]i\s+15s\s*$`))
 
 	out, _ = k.run("", "get", "apiservice", "v1beta1.metrics.k8s.io")
 	g.Expect(out).To(MatchRegexp(`(?m)^v1beta1\.metrics\.k8s\.io\s+kube-system/metrics-server\s+True\s+\S+\s*$`))
