@@ -55,13 +55,13 @@ type WorkloadClusterListener struct {
 	ca          *x509.Certificate
 	caKey       crypto.Signer
 	caPool      *x509.CertPool
-	servingCert *tls.Certificate
-	adminCert   *tls.Certificate
+	servingCert *issuedCert
+	adminCert   *issuedCert
 	etcdCA      *x509.Certificate
 	etcdCAKey   crypto.Signer
 	etcdPool    *x509.CertPool
 	apiServers  map[string]struct{}
-	etcdCerts   map[string]*tls.Certificate // by etcd pod name (the SNI)
+	etcdCerts   map[string]*issuedCert // by etcd pod name (the SNI)
 	etcd        *etcd.Server
 	// caGen and etcdGen count the cluster and etcd CAs this listener trusted: a connection
 	// verified with an older one is checked again (conn.caGen).
@@ -102,7 +102,7 @@ func newListener(m *WorkloadClustersMux, name string, ep endpoint, cluster *stor
 		host:       m.advertised(ep),
 		cluster:    cluster,
 		apiServers: map[string]struct{}{},
-		etcdCerts:  map[string]*tls.Certificate{},
+		etcdCerts:  map[string]*issuedCert{},
 	}
 }
 
@@ -160,7 +160,7 @@ func (l *WorkloadClusterListener) RESTConfig() (*rest.Config, error) {
 		Host: l.Address(),
 		TLSClientConfig: rest.TLSClientConfig{
 			CAData:   pemCert(l.ca),
-			CertData: pemCert(l.adminCert.Leaf),
+			CertData: pemCertDER(l.adminCert.Certificate.Certificate[0]),
 			KeyData:  keyPEM,
 		},
 		QPS:   -1, // a simulated server needs no client-side throttling
@@ -256,7 +256,7 @@ func (l *WorkloadClusterListener) addEtcdMember(podName string, ca *x509.Certifi
 		return fmt.Errorf("the etcd CA of %s has the cluster CA's key: certificates of one would be accepted by the other", l.name)
 	}
 	if l.etcdCA != nil && !sameCA(l.etcdCA, ca) {
-		l.etcdCerts = map[string]*tls.Certificate{}
+		l.etcdCerts = map[string]*issuedCert{}
 	}
 	if !sameCA(l.etcdCA, ca) {
 		l.etcdGen++
@@ -439,7 +439,7 @@ func (l *WorkloadClusterListener) decide(c *conn, hello *tls.ClientHelloInfo) (*
 		c.decided, c.etcdMember = true, member
 		c.caGen.Store(l.etcdGen)
 		return l.mux.tls.apply(&tls.Config{
-			Certificates: []tls.Certificate{*cert},
+			Certificates: []tls.Certificate{cert.Certificate},
 			ClientAuth:   tls.RequireAndVerifyClientCert,
 			ClientCAs:    l.etcdPool,
 			NextProtos:   []string{"h2"},
@@ -456,7 +456,7 @@ func (l *WorkloadClusterListener) decide(c *conn, hello *tls.ClientHelloInfo) (*
 	c.decided = true
 	c.caGen.Store(l.caGen)
 	return l.mux.tls.apply(&tls.Config{
-		Certificates: []tls.Certificate{*l.servingCert},
+		Certificates: []tls.Certificate{l.servingCert.Certificate},
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		ClientCAs:    l.caPool,
 		NextProtos:   []string{"h2", "http/1.1"},

@@ -8,7 +8,11 @@ import (
 )
 
 func pemCert(cert *x509.Certificate) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})
+	return pemCertDER(cert.Raw)
+}
+
+func pemCertDER(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
 func pemKey(key crypto.PrivateKey) ([]byte, error) {
