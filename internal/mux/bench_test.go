@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -232,6 +233,15 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 		b.ReportMetric(float64(benchRSS()-rssBefore)/(1<<20), "MiB-RSS-fleet-settled")
 		b.ReportMetric(float64(settled.HeapInuse)/(1<<20), "MiB-heap-inuse-settled")
 		b.ReportMetric(float64(settled.HeapAlloc)/(1<<20), "MiB-heap-live-settled")
+		if path := os.Getenv("GOOFY_BENCH_SETTLED_HEAP_PROFILE"); path != "" {
+			// The settled fleet's heap: what it keeps for the rest of its life.
+			benchWriteHeapProfile(b, path)
+		}
+		// Whether the trimmer's last look came after the collection that found the expired
+		// history is a matter of seconds; an idle fleet allocates next to nothing, so its next
+		// look (within memtrim.DefaultInterval) returns the free heap: what it does, done now.
+		debug.FreeOSMemory()
+		b.ReportMetric(float64(benchRSS()-rssBefore)/(1<<20), "MiB-RSS-fleet-settled-trimmed")
 	}
 
 	// CAPI-like load.

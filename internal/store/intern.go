@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"unique"
 	"unsafe"
 	"weak"
 
@@ -51,6 +52,8 @@ func internObject(obj client.Object) {
 		o.Subjects = internProto(&internedSubjects, o.Subjects)
 	case *corev1.Pod:
 		internPod(o)
+	case *corev1.Node:
+		internNode(o)
 	}
 }
 
@@ -108,6 +111,11 @@ var (
 	internedOwners      weakTable[metav1.OwnerReference]
 	internedConditions  weakTable[corev1.PodCondition]
 	internedPodSecurity weakTable[corev1.PodSecurityContext]
+	// A node's pods (its static pods, its host-network DaemonSet pods) have its addresses, and
+	// the containers of one template started in the same second report the same status.
+	internedContainerStatuses weakTable[corev1.ContainerStatus]
+	internedHostIPs           weakTable[corev1.HostIP]
+	internedPodIPs            weakTable[corev1.PodIP]
 )
 
 // internPod points pod, which its caller owns and is about to store, at the shared copies of its
@@ -125,6 +133,56 @@ func internPod(pod *corev1.Pod) {
 		pod.Spec.SecurityContext = &internProto(&internedPodSecurity, []corev1.PodSecurityContext{*sc})[0]
 	}
 	pod.Status.Conditions = internProto(&internedConditions, pod.Status.Conditions)
+	pod.Status.ContainerStatuses = internProto(&internedContainerStatuses, pod.Status.ContainerStatuses)
+	pod.Status.HostIPs = internProto(&internedHostIPs, pod.Status.HostIPs)
+	pod.Status.PodIPs = internProto(&internedPodIPs, pod.Status.PodIPs)
+}
+
+// Nodes are written by their kubelets with the same capacity, conditions (in the same second) and
+// system information as their siblings; a fleet holds thousands of them, and the two resource
+// lists alone (a map of quantities each) are most of a Node's memory.
+
+var (
+	internedNodeConditions weakTable[corev1.NodeCondition]
+	internedTaints         weakTable[corev1.Taint]
+	internedResourceLists  weakTable[mapHeader]
+)
+
+// internNode points node, which its caller owns and is about to store, at the shared copies of
+// its parts that its siblings and earlier versions have alike.
+func internNode(node *corev1.Node) {
+	node.Spec.Taints = internProto(&internedTaints, node.Spec.Taints)
+	node.Status.Conditions = internProto(&internedNodeConditions, node.Status.Conditions)
+	node.Status.Capacity = internResourceList(node.Status.Capacity)
+	node.Status.Allocatable = internResourceList(node.Status.Allocatable)
+	info := &node.Status.NodeInfo
+	for _, s := range []*string{&info.KernelVersion, &info.OSImage, &info.ContainerRuntimeVersion,
+		&info.KubeletVersion, &info.KubeProxyVersion, &info.OperatingSystem, &info.Architecture} {
+		*s = unique.Make(*s).Value()
+	}
+}
+
+// internResourceList returns the table's resource list of the same quantities as l (by their
+// canonical form, which is what is served), adding l when there is none.
+func internResourceList(l corev1.ResourceList) corev1.ResourceList {
+	if len(l) == 0 {
+		return l
+	}
+	names := make([]string, 0, len(l))
+	for name := range l {
+		names = append(names, string(name))
+	}
+	slices.Sort(names)
+	bp := canonicalBuffers.Get().(*[]byte)
+	defer canonicalBuffers.Put(bp)
+	canonical := (*bp)[:0]
+	for _, name := range names {
+		q := l[corev1.ResourceName(name)]
+		canonical = append(append(append(append(canonical, name...), 0), q.String()...), 0)
+	}
+	*bp = canonical
+	header, _ := internedResourceLists.intern(canonical, (*mapHeader)(reflect.ValueOf(l).UnsafePointer()), len(l))
+	return *(*corev1.ResourceList)(unsafe.Pointer(&header))
 }
 
 // protoElem is a pointer to an element of a built-in kind: its protobuf encoding, deterministic

@@ -152,3 +152,89 @@ func TestSharingOutlastsUniqueValues(t *testing.T) {
 	g.Expect(reflect.ValueOf(internMap(fresh)).Pointer()).To(Equal(reflect.ValueOf(fresh).Pointer()))
 	runtime.KeepAlive(a)
 }
+
+// testNode is a Node as a kubelet registers it: its name and address its own, its capacity,
+// conditions and system information those of its siblings.
+func testNode(name, ip string, at metav1.Time) *corev1.Node {
+	capacity := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi")}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kubernetes.io/hostname": name}},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: "node.cluster.x-k8s.io/uninitialized", Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{
+			Capacity: capacity, Allocatable: capacity.DeepCopy(),
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: at, LastTransitionTime: at}},
+			Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}},
+			NodeInfo:   corev1.NodeSystemInfo{KubeletVersion: "v1.36.3", OSImage: "Goofy Simulated Linux", MachineID: name},
+		},
+	}
+}
+
+// TestNodesShareTheirSiblingsParts: two Nodes of one capacity, in two clusters, hold one capacity
+// map (allocatable too), one condition list and one taint list, and a change to one Node's
+// capacity changes only that Node.
+func TestNodesShareTheirSiblingsParts(t *testing.T) {
+	g := NewWithT(t)
+	gvr := corev1.SchemeGroupVersion.WithResource("nodes")
+	at := metav1.Unix(1_780_000_000, 0)
+	a, b := newTestCluster(t), newTestCluster(t)
+	_, err := a.Create(gvr, "", testNode("a-0", "10.0.0.1", at), CreateOptions{FieldManager: "test"})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = b.Create(gvr, "", testNode("b-0", "10.0.1.1", at), CreateOptions{FieldManager: "test"})
+	g.Expect(err).NotTo(HaveOccurred())
+	na := a.getLocked(gvr.GroupResource(), "a-0").(*corev1.Node)
+	nb := b.getLocked(gvr.GroupResource(), "b-0").(*corev1.Node)
+	g.Expect(reflect.ValueOf(nb.Status.Capacity).Pointer()).To(Equal(reflect.ValueOf(na.Status.Capacity).Pointer()), "one capacity map")
+	g.Expect(reflect.ValueOf(na.Status.Allocatable).Pointer()).To(Equal(reflect.ValueOf(na.Status.Capacity).Pointer()), "allocatable equal to capacity: the same map")
+	g.Expect(&nb.Status.Conditions[0]).To(BeIdenticalTo(&na.Status.Conditions[0]), "one condition list")
+	g.Expect(&nb.Spec.Taints[0]).To(BeIdenticalTo(&na.Spec.Taints[0]), "one taint list")
+	g.Expect(nb.Status.Addresses[0].Address).To(Equal("10.0.1.1"))
+
+	next := nb.DeepCopy()
+	next.Status.Capacity[corev1.ResourceCPU] = resource.MustParse("4")
+	_, err = b.Update(gvr, "", next, UpdateOptions{FieldManager: "test", Subresource: "status"})
+	g.Expect(err).NotTo(HaveOccurred())
+	got, err := a.Get(gvr, "", "a-0")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.(*corev1.Node).Status.Capacity.Cpu().String()).To(Equal("2"))
+	got, err = b.Get(gvr, "", "b-0")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.(*corev1.Node).Status.Capacity.Cpu().String()).To(Equal("4"))
+	g.Expect(got.(*corev1.Node).Status.Allocatable.Cpu().String()).To(Equal("2"))
+}
+
+// TestPodsOfANodeShareItsAddresses: the static pods of one node, started in the same second,
+// hold one host IP list, one pod IP list and, per component, one container status list.
+func TestPodsOfANodeShareItsAddresses(t *testing.T) {
+	g := NewWithT(t)
+	gvr := corev1.SchemeGroupVersion.WithResource("pods")
+	at := metav1.Unix(1_780_000_000, 0)
+	pod := func(name, component string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system"},
+			Spec:       corev1.PodSpec{NodeName: "cp-0", HostNetwork: true, Containers: []corev1.Container{{Name: component, Image: "registry.k8s.io/" + component + ":v1.36.3"}}},
+			Status: corev1.PodStatus{
+				Phase: corev1.PodRunning, HostIPs: []corev1.HostIP{{IP: "10.0.0.1"}}, PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}},
+				ContainerStatuses: []corev1.ContainerStatus{{Name: component, Image: "registry.k8s.io/" + component + ":v1.36.3", Ready: true,
+					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at}}}},
+			},
+		}
+	}
+	a, b := newTestCluster(t), newTestCluster(t)
+	for _, c := range []*Cluster{a, b} {
+		for _, p := range []*corev1.Pod{pod("etcd-cp-0", "etcd"), pod("kube-apiserver-cp-0", "kube-apiserver")} {
+			// Created, then its status written, as kubelet does (create ignores status).
+			created, err := c.Create(gvr, "kube-system", p.DeepCopy(), CreateOptions{FieldManager: "test"})
+			g.Expect(err).NotTo(HaveOccurred())
+			p.ResourceVersion, p.UID = created.(*corev1.Pod).ResourceVersion, created.(*corev1.Pod).UID
+			_, err = c.Update(gvr, "kube-system", p, UpdateOptions{FieldManager: "test", Subresource: "status"})
+			g.Expect(err).NotTo(HaveOccurred())
+		}
+	}
+	etcdA := a.getLocked(gvr.GroupResource(), "kube-system/etcd-cp-0").(*corev1.Pod)
+	apiA := a.getLocked(gvr.GroupResource(), "kube-system/kube-apiserver-cp-0").(*corev1.Pod)
+	etcdB := b.getLocked(gvr.GroupResource(), "kube-system/etcd-cp-0").(*corev1.Pod)
+	g.Expect(&apiA.Status.HostIPs[0]).To(BeIdenticalTo(&etcdA.Status.HostIPs[0]), "one host IP list")
+	g.Expect(&apiA.Status.PodIPs[0]).To(BeIdenticalTo(&etcdA.Status.PodIPs[0]), "one pod IP list")
+	g.Expect(&etcdB.Status.ContainerStatuses[0]).To(BeIdenticalTo(&etcdA.Status.ContainerStatuses[0]), "one container status list per component")
+	g.Expect(apiA.Status.ContainerStatuses[0].Name).To(Equal("kube-apiserver"))
+}
