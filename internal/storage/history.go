@@ -2,6 +2,7 @@ package storage
 
 import (
 	"sort"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -13,14 +14,30 @@ import (
 type Event struct {
 	Type watch.EventType // Added, Modified or Deleted
 	RV   uint64
-	At   int64 // unix nanoseconds when recorded
-	GR   schema.GroupResource
+	At   int64                 // unix nanoseconds when recorded
+	gr   *schema.GroupResource // the process's one copy (resourceOf): a history holds many events
 	Key  string
 	Obj  Value // state after the change; for Deleted the last state stamped with the deletion RV
 	Old  Value // state before the change; the zero Value for Added
 	// Size is what retaining the event keeps alive: Obj's size (Old's for Deleted, whose Obj
 	// differs from Old only in its resourceVersion).
 	Size int
+}
+
+// GroupResource is the resource of the object that changed.
+func (e *Event) GroupResource() schema.GroupResource { return *e.gr }
+
+// resources holds one copy of each resource's name for the events of every cluster: an event
+// pointing at it is 96 bytes, not 128 (a fleet's histories hold a few hundred thousand events
+// while its clusters are set up).
+var resources sync.Map // schema.GroupResource -> *schema.GroupResource
+
+func resourceOf(gr schema.GroupResource) *schema.GroupResource {
+	if p, ok := resources.Load(gr); ok {
+		return p.(*schema.GroupResource)
+	}
+	p, _ := resources.LoadOrStore(gr, &gr)
+	return p.(*schema.GroupResource)
 }
 
 // history is the cluster's bounded event log: a ring that grows lazily up to limit entries and
@@ -110,7 +127,7 @@ func (h *history) dropOldest() {
 	if h.evicted == nil {
 		h.evicted = map[schema.GroupResource]uint64{}
 	}
-	h.evicted[e.GR] = e.RV
+	h.evicted[*e.gr] = e.RV
 	h.bytes -= e.Size
 	h.buf[h.head] = nil // let the old object versions go
 	h.head = (h.head + 1) % len(h.buf)

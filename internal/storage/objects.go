@@ -222,7 +222,7 @@ func (o *Objects) persistPut(gr schema.GroupResource, key string, v Value) {
 }
 
 func (o *Objects) record(typ watch.EventType, gr schema.GroupResource, key string, obj, old Value, size int) *Event {
-	e := &Event{Type: typ, RV: o.rv, At: time.Now().UnixNano(), GR: gr, Key: key, Obj: obj, Old: old, Size: size}
+	e := &Event{Type: typ, RV: o.rv, At: time.Now().UnixNano(), gr: resourceOf(gr), Key: key, Obj: obj, Old: old, Size: size}
 	o.hist.add(e, o.expired)
 	return e
 }

@@ -46,7 +46,7 @@ func (o *Objects) relocate(e *Event) (Relocation, bool) {
 	if e.Type == watch.Deleted {
 		return Relocation{}, false
 	}
-	cur := o.objects[e.GR][e.Key]
+	cur := o.objects[e.GroupResource()][e.Key]
 	old, ok := cur.x.(client.Object)
 	if !ok || e.Obj.x != cur.x {
 		return Relocation{}, false
@@ -60,9 +60,9 @@ func (o *Objects) relocate(e *Event) (Relocation, bool) {
 	}
 	moved := shallowCopy(old)
 	v := fullValue(moved)
-	o.objects[e.GR][e.Key] = v
-	o.enc.relocated(objectRef{gr: e.GR, key: e.Key}, cur, v)
-	return Relocation{GR: e.GR, Key: e.Key, Old: old, New: moved}, true
+	o.objects[e.GroupResource()][e.Key] = v
+	o.enc.relocated(objectRef{gr: e.GroupResource(), key: e.Key}, cur, v)
+	return Relocation{GR: e.GroupResource(), Key: e.Key, Old: old, New: moved}, true
 }
 
 // relocated keeps the cached encodings of a version that moved: they encode the same object.

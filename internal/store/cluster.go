@@ -247,7 +247,7 @@ func (c *Cluster) emitted(e *storage.Event) {
 		c.armExpiry()
 	}
 	for w := range c.watchers {
-		if w.gr == e.GR {
+		if w.gr == e.GroupResource() {
 			w.wake()
 		}
 	}

@@ -62,14 +62,14 @@ func (c *Cluster) rollBack() {
 			undone = e.Obj.Object()
 		}
 		restored = e.Old.Object()
-		if e.GR == crdsGR { // what is served follows the CRD stored again (and nothing else reacts)
+		if e.GroupResource() == crdsGR { // what is served follows the CRD stored again (and nothing else reacts)
 			if restored == nil {
 				c.setCustomKind(e.Key, nil)
 			} else {
 				c.serveCustomResourceDefinition(restored.(*apiextensionsv1.CustomResourceDefinition))
 			}
 		}
-		c.informLocked(e.GR, e.Key, undone, restored)
+		c.informLocked(e.GroupResource(), e.Key, undone, restored)
 	}
 }
 

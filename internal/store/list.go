@@ -150,7 +150,7 @@ func (c *Cluster) snapshotLocked(gr schema.GroupResource, namespace string, rv u
 	prefix := namespace + "/"
 	for i := len(evs) - 1; i >= 0; i-- {
 		e := evs[i]
-		if e.GR != gr || (namespace != "" && !strings.HasPrefix(e.Key, prefix)) {
+		if e.GroupResource() != gr || (namespace != "" && !strings.HasPrefix(e.Key, prefix)) {
 			continue
 		}
 		if e.Type == watch.Added {

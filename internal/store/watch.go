@@ -271,7 +271,7 @@ func (w *Watcher) next(cancel <-chan struct{}) (watch.Event, bool) {
 			e := w.pending[0]
 			w.pending[0], w.pending = nil, w.pending[1:]
 			w.cursor = e.RV
-			if e.GR == w.gr {
+			if e.GroupResource() == w.gr {
 				if ev, ok := w.convert(e); ok {
 					return ev, true
 				}
