@@ -111,8 +111,10 @@ var (
 	internedOwners      weakTable[metav1.OwnerReference]
 	internedConditions  weakTable[corev1.PodCondition]
 	internedPodSecurity weakTable[corev1.PodSecurityContext]
-	// A node's pods (its static pods, its host-network DaemonSet pods) have its addresses, and
-	// the containers of one template started in the same second report the same status.
+	// A node's pods have its host addresses, its host-network pods (static pods, DaemonSets such
+	// as kube-proxy) its pod addresses too, and the containers of one template started in the
+	// same second without a container ID (the simulated control plane's static pods) report the
+	// same status.
 	internedContainerStatuses weakTable[corev1.ContainerStatus]
 	internedHostIPs           weakTable[corev1.HostIP]
 	internedPodIPs            weakTable[corev1.PodIP]
@@ -133,9 +135,15 @@ func internPod(pod *corev1.Pod) {
 		pod.Spec.SecurityContext = &internProto(&internedPodSecurity, []corev1.PodSecurityContext{*sc})[0]
 	}
 	pod.Status.Conditions = internProto(&internedConditions, pod.Status.Conditions)
-	pod.Status.ContainerStatuses = internProto(&internedContainerStatuses, pod.Status.ContainerStatuses)
 	pod.Status.HostIPs = internProto(&internedHostIPs, pod.Status.HostIPs)
-	pod.Status.PodIPs = internProto(&internedPodIPs, pod.Status.PodIPs)
+	// Values unique by construction are not looked up: an entry per pod would cost more than it
+	// shares. A pod network address is one pod's, and so is a status that names its container.
+	if pod.Spec.HostNetwork {
+		pod.Status.PodIPs = internProto(&internedPodIPs, pod.Status.PodIPs)
+	}
+	if !slices.ContainsFunc(pod.Status.ContainerStatuses, func(s corev1.ContainerStatus) bool { return s.ContainerID != "" }) {
+		pod.Status.ContainerStatuses = internProto(&internedContainerStatuses, pod.Status.ContainerStatuses)
+	}
 }
 
 // Nodes are written by their kubelets with the same capacity, conditions (in the same second) and

@@ -237,4 +237,35 @@ func TestPodsOfANodeShareItsAddresses(t *testing.T) {
 	g.Expect(&apiA.Status.PodIPs[0]).To(BeIdenticalTo(&etcdA.Status.PodIPs[0]), "one pod IP list")
 	g.Expect(&etcdB.Status.ContainerStatuses[0]).To(BeIdenticalTo(&etcdA.Status.ContainerStatuses[0]), "one container status list per component")
 	g.Expect(apiA.Status.ContainerStatuses[0].Name).To(Equal("kube-apiserver"))
+
+	// A pod on the pod network, its container named: its addresses and its status are its own,
+	// and the tables are not asked (an entry per pod would cost more than it shares).
+	entries := func() int {
+		n := 0
+		for _, t := range []interface{ size() int }{&internedPodIPs, &internedContainerStatuses} {
+			n += t.size()
+		}
+		return n
+	}
+	before := entries()
+	web := pod("web-0", "web")
+	web.Spec.HostNetwork = false
+	web.Status.PodIPs = []corev1.PodIP{{IP: "192.168.1.7"}}
+	web.Status.ContainerStatuses[0].ContainerID = "containerd://0f3c"
+	created, err := a.Create(gvr, "kube-system", web.DeepCopy(), CreateOptions{FieldManager: "test"})
+	g.Expect(err).NotTo(HaveOccurred())
+	web.ResourceVersion, web.UID = created.(*corev1.Pod).ResourceVersion, created.(*corev1.Pod).UID
+	_, err = a.Update(gvr, "kube-system", web, UpdateOptions{FieldManager: "test", Subresource: "status"})
+	g.Expect(err).NotTo(HaveOccurred())
+	stored := a.getLocked(gvr.GroupResource(), "kube-system/web-0").(*corev1.Pod)
+	g.Expect(stored.Status.PodIPs[0].IP).To(Equal("192.168.1.7"))
+	g.Expect(stored.Status.ContainerStatuses[0].ContainerID).To(Equal("containerd://0f3c"))
+	g.Expect(entries()).To(Equal(before))
+}
+
+// size is the number of entries, collected ones included until the next sweep.
+func (t *weakTable[T]) size() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.values)
 }
