@@ -165,7 +165,7 @@ func internNode(node *corev1.Node) {
 	node.Status.Allocatable = internResourceList(node.Status.Allocatable)
 	info := &node.Status.NodeInfo
 	for _, s := range []*string{&info.KernelVersion, &info.OSImage, &info.ContainerRuntimeVersion,
-		&info.KubeletVersion, &info.KubeProxyVersion, &info.OperatingSystem, &info.Architecture} {
+		&info.KubeletVersion, &info.OperatingSystem, &info.Architecture} {
 		*s = unique.Make(*s).Value()
 	}
 }
