@@ -219,16 +219,18 @@ func TestPodsOfANodeShareItsAddresses(t *testing.T) {
 			},
 		}
 	}
+	// Created, then its status written, as kubelet does (create ignores status).
+	createWithStatus := func(c *Cluster, p *corev1.Pod) {
+		created, err := c.Create(gvr, p.Namespace, p.DeepCopy(), CreateOptions{FieldManager: "test"})
+		g.Expect(err).NotTo(HaveOccurred())
+		p.ResourceVersion, p.UID = created.(*corev1.Pod).ResourceVersion, created.(*corev1.Pod).UID
+		_, err = c.Update(gvr, p.Namespace, p, UpdateOptions{FieldManager: "test", Subresource: "status"})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
 	a, b := newTestCluster(t), newTestCluster(t)
 	for _, c := range []*Cluster{a, b} {
-		for _, p := range []*corev1.Pod{pod("etcd-cp-0", "etcd"), pod("kube-apiserver-cp-0", "kube-apiserver")} {
-			// Created, then its status written, as kubelet does (create ignores status).
-			created, err := c.Create(gvr, "kube-system", p.DeepCopy(), CreateOptions{FieldManager: "test"})
-			g.Expect(err).NotTo(HaveOccurred())
-			p.ResourceVersion, p.UID = created.(*corev1.Pod).ResourceVersion, created.(*corev1.Pod).UID
-			_, err = c.Update(gvr, "kube-system", p, UpdateOptions{FieldManager: "test", Subresource: "status"})
-			g.Expect(err).NotTo(HaveOccurred())
-		}
+		createWithStatus(c, pod("etcd-cp-0", "etcd"))
+		createWithStatus(c, pod("kube-apiserver-cp-0", "kube-apiserver"))
 	}
 	etcdA := a.getLocked(gvr.GroupResource(), "kube-system/etcd-cp-0").(*corev1.Pod)
 	apiA := a.getLocked(gvr.GroupResource(), "kube-system/kube-apiserver-cp-0").(*corev1.Pod)
@@ -252,11 +254,7 @@ func TestPodsOfANodeShareItsAddresses(t *testing.T) {
 	web.Spec.HostNetwork = false
 	web.Status.PodIPs = []corev1.PodIP{{IP: "192.168.1.7"}}
 	web.Status.ContainerStatuses[0].ContainerID = "containerd://0f3c"
-	created, err := a.Create(gvr, "kube-system", web.DeepCopy(), CreateOptions{FieldManager: "test"})
-	g.Expect(err).NotTo(HaveOccurred())
-	web.ResourceVersion, web.UID = created.(*corev1.Pod).ResourceVersion, created.(*corev1.Pod).UID
-	_, err = a.Update(gvr, "kube-system", web, UpdateOptions{FieldManager: "test", Subresource: "status"})
-	g.Expect(err).NotTo(HaveOccurred())
+	createWithStatus(a, web)
 	stored := a.getLocked(gvr.GroupResource(), "kube-system/web-0").(*corev1.Pod)
 	g.Expect(stored.Status.PodIPs[0].IP).To(Equal("192.168.1.7"))
 	g.Expect(stored.Status.ContainerStatuses[0].ContainerID).To(Equal("containerd://0f3c"))
