@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -62,39 +63,39 @@ func internObject(obj client.Object) {
 const maxInternedMap = 1024
 
 func internMap(m map[string]string) map[string]string {
-	keys := make([]string, 0, len(m))
-	size := 0
-	for k, v := range m {
-		keys = append(keys, k)
-		size += len(k) + len(v) + 2
-	}
-	if size > maxInternedMap {
+	return internByKey(&internedMaps, m, func(v string) string { return v }, maxInternedMap)
+}
+
+// internByKey returns the table's map of the same content as m (its keys and each value's
+// canonical form, key order aside), adding m when there is none; a map larger than limit bytes
+// (0: no limit) is left as it is.
+func internByKey[K ~string, V any](t *weakTable[mapHeader], m map[K]V, canonicalValue func(V) string, limit int) map[K]V {
+	if len(m) == 0 {
 		return m
+	}
+	keys := make([]K, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	bp := canonicalBuffers.Get().(*[]byte)
 	defer canonicalBuffers.Put(bp)
 	canonical := (*bp)[:0]
 	for _, k := range keys {
-		canonical = append(append(append(append(canonical, k...), 0), m[k]...), 0)
+		canonical = append(append(append(append(canonical, k...), 0), canonicalValue(m[k])...), 0)
 	}
 	*bp = canonical
-	header, _ := internedMaps.intern(canonical, mapHeaderOf(m), len(m))
-	return mapOf(header)
+	if limit > 0 && len(canonical) > limit {
+		return m
+	}
+	header, _ := t.intern(canonical, (*mapHeader)(reflect.ValueOf(m).UnsafePointer()), len(m))
+	return *(*map[K]V)(unsafe.Pointer(&header))
 }
 
 // mapHeader stands for the runtime's header of a map. A map value is one pointer, to its header
 // (reflect.Value.UnsafePointer returns it), so the table's weak pointer to a shared map is one to
 // its header, and the map is that pointer again.
 type mapHeader struct{}
-
-func mapHeaderOf(m map[string]string) *mapHeader {
-	return (*mapHeader)(reflect.ValueOf(m).UnsafePointer())
-}
-
-func mapOf(h *mapHeader) map[string]string {
-	return *(*map[string]string)(unsafe.Pointer(&h))
-}
 
 // Pods are the objects a fleet holds most of, thousands per cluster, and each is written several
 // times (created, bound, started). The pods of one template (a ReplicaSet's, a DaemonSet's) have
@@ -173,24 +174,7 @@ func internNode(node *corev1.Node) {
 // internResourceList returns the table's resource list of the same quantities as l (by their
 // canonical form, which is what is served), adding l when there is none.
 func internResourceList(l corev1.ResourceList) corev1.ResourceList {
-	if len(l) == 0 {
-		return l
-	}
-	names := make([]string, 0, len(l))
-	for name := range l {
-		names = append(names, string(name))
-	}
-	slices.Sort(names)
-	bp := canonicalBuffers.Get().(*[]byte)
-	defer canonicalBuffers.Put(bp)
-	canonical := (*bp)[:0]
-	for _, name := range names {
-		q := l[corev1.ResourceName(name)]
-		canonical = append(append(append(append(canonical, name...), 0), q.String()...), 0)
-	}
-	*bp = canonical
-	header, _ := internedResourceLists.intern(canonical, (*mapHeader)(reflect.ValueOf(l).UnsafePointer()), len(l))
-	return *(*corev1.ResourceList)(unsafe.Pointer(&header))
+	return internByKey(&internedResourceLists, l, func(q resource.Quantity) string { return q.String() }, 0)
 }
 
 // protoElem is a pointer to an element of a built-in kind: its protobuf encoding, deterministic
