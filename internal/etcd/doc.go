@@ -8,7 +8,8 @@
 // workload cluster holding the membership, the leader and the alarms; the caller
 // (the mux) tells the Server which member a call is for, either explicitly with
 // ContextWithMember or implicitly through the TLS server name that grpc records
-// in the peer of the call.
+// in the peer of the call. A process serving many clusters registers the services
+// once (RegisterRouted) and names each call's Server with ContextWithServer.
 //
 // The API of Server speaks in pod names (etcd-<node>), like the mux does; the
 // etcd member names reported to clients are the node names, as kubeadm makes them.

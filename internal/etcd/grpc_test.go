@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -339,4 +340,45 @@ func (e *env) rawConn(serverName string) *grpc.ClientConn {
 	}
 	e.t.Cleanup(func() { _ = conn.Close() })
 	return conn
+}
+
+// RegisterRouted: one grpc.Server answers for every cluster, each call as the Server its context
+// names, and a call that names none is refused rather than answered by some cluster.
+func TestRegisterRoutedAnswersAsTheServerInTheContext(t *testing.T) {
+	g := NewWithT(t)
+	servers := map[string]*etcd.Server{}
+	for _, name := range []string{"east", "west"} {
+		s, err := etcd.NewServer(t.Context(), fake.NewClientBuilder().Build(), name)
+		g.Expect(err).NotTo(HaveOccurred())
+		_, err = s.AddMember(t.Context(), "etcd-"+name+"-cp")
+		g.Expect(err).NotTo(HaveOccurred())
+		servers[name] = s
+	}
+	// The cluster a call is for comes from the metadata here; the mux knows it from the listener.
+	gs := grpc.NewServer(grpc.UnaryInterceptor(func(c context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		md, _ := metadata.FromIncomingContext(c)
+		if name := md.Get("cluster"); len(name) == 1 {
+			c = etcd.ContextWithMember(etcd.ContextWithServer(c, servers[name[0]]), "etcd-"+name[0]+"-cp")
+		}
+		return h(c, req)
+	}))
+	etcd.RegisterRouted(gs)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	g.Expect(err).NotTo(HaveOccurred())
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = conn.Close() })
+
+	for name, s := range servers {
+		resp, err := pb.NewClusterClient(conn).MemberList(metadata.AppendToOutgoingContext(ctx(t), "cluster", name), &pb.MemberListRequest{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(resp.Header.ClusterId).To(Equal(s.ClusterID()))
+		g.Expect(resp.Members).To(HaveLen(1))
+		g.Expect(resp.Members[0].Name).To(Equal(name + "-cp"))
+	}
+	_, err = pb.NewMaintenanceClient(conn).Status(ctx(t), &pb.StatusRequest{})
+	g.Expect(status.Code(err)).To(Equal(codes.Unavailable))
+	g.Expect(err).To(MatchError(ContainSubstring("no cluster addressed")))
 }

@@ -53,7 +53,21 @@ func nonZeroHash(parts ...string) uint64 {
 	return 1
 }
 
-type memberKey struct{}
+type (
+	memberKey struct{}
+	serverKey struct{}
+)
+
+// ContextWithServer marks ctx as a call for the etcd cluster s, for the services of
+// RegisterRouted. The mux sets it when it routes a connection to this package.
+func ContextWithServer(ctx context.Context, s *Server) context.Context {
+	return context.WithValue(ctx, serverKey{}, s)
+}
+
+func serverFromContext(ctx context.Context) *Server {
+	s, _ := ctx.Value(serverKey{}).(*Server)
+	return s
+}
 
 // ContextWithMember marks ctx as a call for the member running in the etcd pod
 // podName (etcd-<node>), typically the TLS server name the client dialed. The

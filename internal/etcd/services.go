@@ -16,13 +16,29 @@ import (
 // answer codes.Unimplemented for what a simulated member does not offer
 // (writes, watches, leases, hashes, snapshots).
 
+// target is the Server a service answers as: its own (Server.Register), or the one each call's
+// context names (RegisterRouted, ContextWithServer).
+type target struct{ s *Server }
+
+// begin starts a call on the target Server.
+func (t target) begin(ctx context.Context) (*Server, *call, error) {
+	s := t.s
+	if s == nil {
+		if s = serverFromContext(ctx); s == nil {
+			return nil, nil, status.Error(codes.Unavailable, "etcd: no cluster addressed")
+		}
+	}
+	c, err := s.begin(ctx)
+	return s, c, err
+}
+
 type clusterService struct {
 	pb.UnimplementedClusterServer
-	s *Server
+	target
 }
 
 func (c *clusterService) MemberList(ctx context.Context, req *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	call, err := c.s.begin(ctx)
+	_, call, err := c.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +51,7 @@ func (c *clusterService) MemberList(ctx context.Context, req *pb.MemberListReque
 // MemberAdd announces a member that is not started yet (no name, no client
 // URLs), like etcd does; AddMember starts it once its pod runs.
 func (c *clusterService) MemberAdd(ctx context.Context, req *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
-	call, err := c.s.begin(ctx)
+	s, call, err := c.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -44,9 +60,9 @@ func (c *clusterService) MemberAdd(ctx context.Context, req *pb.MemberAddRequest
 	}
 	var added memberState
 	self := call.member.ID
-	call, err = c.s.mutate(ctx, call, func(st *state) (bool, error) {
+	call, err = s.mutate(ctx, call, func(st *state) (bool, error) {
 		if !req.IsLearner {
-			if err := c.s.mayAddVoter(st, self); err != nil {
+			if err := s.mayAddVoter(st, self); err != nil {
 				return false, err
 			}
 		}
@@ -73,7 +89,7 @@ func (c *clusterService) MemberAdd(ctx context.Context, req *pb.MemberAddRequest
 			host = p.Hostname()
 		}
 		added = memberState{
-			ID:        st.freeID(MemberIDFor(c.s.clusterName, host), c.s.clusterName, req.PeerURLs[0]),
+			ID:        st.freeID(MemberIDFor(s.clusterName, host), s.clusterName, req.PeerURLs[0]),
 			PeerURLs:  append([]string(nil), req.PeerURLs...),
 			IsLearner: req.IsLearner,
 		}
@@ -91,16 +107,16 @@ func (c *clusterService) MemberAdd(ctx context.Context, req *pb.MemberAddRequest
 }
 
 func (c *clusterService) MemberRemove(ctx context.Context, req *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
-	call, err := c.s.begin(ctx)
+	s, call, err := c.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	self := call.member.ID
-	call, err = c.s.mutate(ctx, call, func(st *state) (bool, error) {
+	call, err = s.mutate(ctx, call, func(st *state) (bool, error) {
 		if st.byID(req.ID) == nil {
 			return false, rpctypes.ErrGRPCMemberNotFound
 		}
-		if err := c.s.mayRemoveVoter(st, self, req.ID); err != nil {
+		if err := s.mayRemoveVoter(st, self, req.ID); err != nil {
 			return false, err
 		}
 		st.remove(req.ID)
@@ -113,14 +129,14 @@ func (c *clusterService) MemberRemove(ctx context.Context, req *pb.MemberRemoveR
 }
 
 func (c *clusterService) MemberUpdate(ctx context.Context, req *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
-	call, err := c.s.begin(ctx)
+	s, call, err := c.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if !validURLs(req.PeerURLs) {
 		return nil, rpctypes.ErrGRPCMemberBadURLs
 	}
-	call, err = c.s.mutate(ctx, call, func(st *state) (bool, error) {
+	call, err = s.mutate(ctx, call, func(st *state) (bool, error) {
 		m := st.byID(req.ID)
 		if m == nil {
 			return false, rpctypes.ErrGRPCMemberNotFound
@@ -137,11 +153,11 @@ func (c *clusterService) MemberUpdate(ctx context.Context, req *pb.MemberUpdateR
 // MemberPromote turns a started learner into a voting member; a learner that
 // never started is not in sync with the leader and cannot be promoted.
 func (c *clusterService) MemberPromote(ctx context.Context, req *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
-	call, err := c.s.begin(ctx)
+	s, call, err := c.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	call, err = c.s.mutate(ctx, call, func(st *state) (bool, error) {
+	call, err = s.mutate(ctx, call, func(st *state) (bool, error) {
 		m := st.byID(req.ID)
 		switch {
 		case m == nil:
@@ -166,18 +182,18 @@ func (c *clusterService) MemberPromote(ctx context.Context, req *pb.MemberPromot
 
 type maintenanceService struct {
 	pb.UnimplementedMaintenanceServer
-	s *Server
+	target
 }
 
 func (m *maintenanceService) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
-	call, err := m.s.begin(ctx)
+	s, call, err := m.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
 	resp := &pb.StatusResponse{
 		Header:           call.header,
 		Version:          version.Version,
-		DbSize:           m.s.dbSizeOf(call.member.ID),
+		DbSize:           s.dbSizeOf(call.member.ID),
 		DbSizeInUse:      defaultDBSizeInUse,
 		DbSizeQuota:      defaultDBQuota,
 		Leader:           call.st.Leader,
@@ -198,7 +214,7 @@ func (m *maintenanceService) Status(ctx context.Context, _ *pb.StatusRequest) (*
 }
 
 func (m *maintenanceService) Alarm(ctx context.Context, req *pb.AlarmRequest) (*pb.AlarmResponse, error) {
-	call, err := m.s.begin(ctx)
+	s, call, err := m.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +231,7 @@ func (m *maintenanceService) Alarm(ctx context.Context, req *pb.AlarmRequest) (*
 		if req.Alarm == pb.AlarmType_NONE {
 			return &pb.AlarmResponse{Header: call.header}, nil
 		}
-		call, err = m.s.mutate(ctx, call, func(st *state) (bool, error) {
+		call, err = s.mutate(ctx, call, func(st *state) (bool, error) {
 			if st.byID(req.MemberID) == nil {
 				return false, rpctypes.ErrGRPCMemberNotFound
 			}
@@ -227,7 +243,7 @@ func (m *maintenanceService) Alarm(ctx context.Context, req *pb.AlarmRequest) (*
 			return true, nil
 		})
 	case pb.AlarmRequest_DEACTIVATE:
-		call, err = m.s.mutate(ctx, call, func(st *state) (bool, error) {
+		call, err = s.mutate(ctx, call, func(st *state) (bool, error) {
 			if !st.hasAlarm(alarm) {
 				return false, nil
 			}
@@ -252,11 +268,11 @@ func (m *maintenanceService) Alarm(ctx context.Context, req *pb.AlarmRequest) (*
 // MoveLeader is answered by the leader only, and only moves leadership to a
 // started voting member, as etcd does.
 func (m *maintenanceService) MoveLeader(ctx context.Context, req *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
-	call, err := m.s.begin(ctx)
+	s, call, err := m.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	call, err = m.s.mutate(ctx, call, func(st *state) (bool, error) {
+	call, err = s.mutate(ctx, call, func(st *state) (bool, error) {
 		if st.Leader != call.member.ID {
 			return false, rpctypes.ErrGRPCNotLeader
 		}
@@ -277,23 +293,23 @@ func (m *maintenanceService) MoveLeader(ctx context.Context, req *pb.MoveLeaderR
 }
 
 func (m *maintenanceService) Defragment(ctx context.Context, _ *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
-	call, err := m.s.begin(ctx)
+	s, call, err := m.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	m.s.defragment(call.member.ID)
+	s.defragment(call.member.ID)
 	return &pb.DefragmentResponse{Header: call.header}, nil
 }
 
 type kvService struct {
 	pb.UnimplementedKVServer
-	s *Server
+	target
 }
 
 // Range answers every read with an empty result: the simulated etcd stores no
 // keys. That is what `etcdctl endpoint health` needs (it reads key "health").
 func (k *kvService) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error) {
-	call, err := k.s.begin(ctx)
+	_, call, err := k.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -310,7 +326,7 @@ func (k *kvService) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeR
 // Put stores nothing (the simulated etcd has no keys) but fails as etcd does when it cannot
 // write: no leader, or the NOSPACE alarm raised.
 func (k *kvService) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
-	call, err := k.s.begin(ctx)
+	_, call, err := k.begin(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -357,9 +357,10 @@ func (l *WorkloadClusterListener) serveEtcd(c *conn, w http.ResponseWriter, r *h
 	l.mu.Lock()
 	_, isMember := l.etcdCerts[c.etcdMember]
 	current := c.caGen.Load() == l.etcdGen
-	grpcSrv := l.grpcSrv
+	etcdSrv := l.etcd
+	serving := l.srv != nil
 	l.mu.Unlock()
-	if !isMember || !current || grpcSrv == nil {
+	if !isMember || !current || !serving || etcdSrv == nil {
 		// etcd's ErrGRPCStopped, as a trailers-only gRPC response.
 		w.Header().Set("Content-Type", "application/grpc")
 		w.Header().Set("Grpc-Status", strconv.Itoa(int(codes.Unavailable)))
@@ -367,7 +368,8 @@ func (l *WorkloadClusterListener) serveEtcd(c *conn, w http.ResponseWriter, r *h
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	grpcSrv.ServeHTTP(w, r.WithContext(etcd.ContextWithMember(r.Context(), c.etcdMember)))
+	ctx := etcd.ContextWithMember(etcd.ContextWithServer(r.Context(), etcdSrv), c.etcdMember)
+	l.mux.etcdGRPC.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // currentChains returns r with the TLS state its client certificate has against the cluster CA

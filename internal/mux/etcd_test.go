@@ -97,3 +97,50 @@ func TestKCPEtcdClientThroughPortForward(t *testing.T) {
 	}
 	g.Expect(err).To(HaveOccurred())
 }
+
+// The mux serves the etcd of every cluster from one gRPC server: a call through one cluster's
+// port-forward is answered by that cluster's etcd, even where two clusters name their members alike.
+func TestEtcdOfEachClusterAnswersAsItsOwn(t *testing.T) {
+	g := NewWithT(t)
+	m := newTestMux(t)
+	cc := newClusterCerts(t)
+	certPEM, keyPEM := clientCertFrom(t, cc.etcdCA, cc.etcdCAKey, "kube-etcd-healthcheck-client")
+	clientCert, err := tls.X509KeyPair(certPEM, keyPEM)
+	g.Expect(err).NotTo(HaveOccurred())
+	tlsConfig := &tls.Config{RootCAs: pool(cc.etcdCA), Certificates: []tls.Certificate{clientCert}, MinVersion: tls.VersionTLS12}
+
+	// ns/small runs one control-plane node, ns/large three; both have a cp-0.
+	clusters := map[string][]string{"ns/small": {"cp-0"}, "ns/large": {"cp-0", "cp-1", "cp-2"}}
+	for wcl, nodes := range clusters {
+		l, err := m.InitWorkloadClusterListener(wcl)
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, n := range nodes {
+			runningPod(t, l, "etcd-"+n)
+			runningPod(t, l, "kube-apiserver-"+n)
+			g.Expect(m.AddEtcdMember(wcl, "etcd-"+n, cc.etcdCA, cc.etcdCAKey)).To(Succeed())
+			g.Expect(m.AddAPIServer(wcl, "kube-apiserver-"+n, cc.ca, cc.caKey)).To(Succeed())
+		}
+	}
+	clusterIDs := map[uint64]string{}
+	for wcl, nodes := range clusters {
+		l, _ := m.Listener(wcl)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		c, err := kcpetcd.NewClient(ctx, kcpetcd.ClientConfiguration{
+			Endpoint:    "etcd-cp-0",
+			Proxy:       proxy.Proxy{Kind: "pods", Namespace: metav1.NamespaceSystem, KubeConfig: capiRESTConfig(t, wcl, l, cc), Port: EtcdClientPort},
+			TLSConfig:   tlsConfig,
+			DialTimeout: 10 * time.Second,
+			CallTimeout: 10 * time.Second,
+		})
+		g.Expect(err).NotTo(HaveOccurred())
+		members, err := c.Members(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(members).To(HaveLen(len(nodes)), "members of %s", wcl)
+		status, err := c.EtcdClient.Status(ctx, "etcd-cp-0")
+		g.Expect(err).NotTo(HaveOccurred())
+		clusterIDs[status.Header.ClusterId] = wcl
+		_ = c.Close()
+		cancel()
+	}
+	g.Expect(clusterIDs).To(HaveLen(2), "each cluster's etcd reports its own cluster ID")
+}

@@ -17,7 +17,6 @@ import (
 
 	genericfilters "k8s.io/apiserver/pkg/endpoints/filters"
 
-	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
@@ -88,7 +87,6 @@ type WorkloadClusterListener struct {
 	// unreachable.
 	srv         *http.Server
 	conns       *listenerConns
-	grpcSrv     *grpc.Server
 	portForward *portforward.Handler
 	serveDone   chan struct{} // closed when the accept loop has ended
 }
@@ -323,7 +321,6 @@ func (l *WorkloadClusterListener) startLocked() error {
 		return err
 	}
 	l.portForward = pf
-	l.grpcSrv = grpc.NewServer()
 	if l.etcd == nil {
 		srv, err := etcd.NewServer(context.Background(), l.cluster.Client(), l.name)
 		if err != nil {
@@ -336,7 +333,6 @@ func (l *WorkloadClusterListener) startLocked() error {
 			return err
 		}
 	}
-	l.etcd.Register(l.grpcSrv)
 	api := apiserver.NewHandler(l.cluster, apiserver.Options{PortForward: pf, Logger: l.mux.log.WithName("apiserver")})
 	l.srv = &http.Server{
 		Handler:           l.routes(api),
@@ -370,8 +366,8 @@ func (l *WorkloadClusterListener) retire(ctx context.Context) {
 // stop stops serving (if serving), waiting for in-flight requests until ctx ends.
 func (l *WorkloadClusterListener) stop(ctx context.Context) {
 	l.mu.Lock()
-	srv, conns, grpcSrv, pf, done := l.srv, l.conns, l.grpcSrv, l.portForward, l.serveDone
-	l.srv, l.conns, l.grpcSrv, l.portForward, l.serveDone = nil, nil, nil, nil, nil
+	srv, conns, pf, done := l.srv, l.conns, l.portForward, l.serveDone
+	l.srv, l.conns, l.portForward, l.serveDone = nil, nil, nil, nil
 	l.mu.Unlock()
 	if srv == nil {
 		return
@@ -386,7 +382,6 @@ func (l *WorkloadClusterListener) stop(ctx context.Context) {
 	}
 	cancel()
 	pf.Close()
-	grpcSrv.Stop()
 	<-done
 	l.mux.serving.Add(-1)
 	listenersOpen.Dec()

@@ -23,11 +23,13 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	infrav1 "github.com/goofy-capi/cluster-api-provider-goofy/api/v1alpha1"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/etcd"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
 
@@ -151,6 +153,10 @@ type WorkloadClustersMux struct {
 	// process-wide bound on their connections (Limits.MaxConnections), nil for none.
 	serving atomic.Int64
 	places  *connectionCap
+
+	// etcdGRPC serves the etcd members of every cluster; each call names its cluster's etcd in its
+	// context (serveEtcd).
+	etcdGRPC *grpc.Server
 }
 
 // NewWorkloadClustersMux returns a mux whose listeners advertise host and keep their objects in
@@ -185,6 +191,8 @@ func NewWorkloadClustersMux(manager *store.Manager, host string, opts ...Option)
 		return nil, fmt.Errorf("mux: invalid port range %d-%d", m.portMin, m.portMax)
 	}
 	m.places = newConnectionCap(m.limits.MaxConnections, openFileLimit(), &m.serving)
+	m.etcdGRPC = grpc.NewServer()
+	etcd.RegisterRouted(m.etcdGRPC)
 	if len(m.addresses) > 0 {
 		if m.bindAddress != "" {
 			return nil, errors.New("mux: a bind address and listener addresses exclude each other")
@@ -926,6 +934,7 @@ func (m *WorkloadClustersMux) Shutdown(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	m.etcdGRPC.Stop()
 	return ctx.Err()
 }
 
