@@ -16,8 +16,8 @@ import (
 // Running pods kept three bytes of heap for each live byte). When the history drops the event
 // that wrote the version still stored, nothing but the map of objects (and the owner's caches)
 // holds it any more, and it is copied once, its top-level struct (the bulk of a Pod) into a
-// fresh allocation beside the other versions moved at the same time; its fields are shared, so
-// the copy costs one allocation. The version is the same (resourceVersion, content): no event,
+// page beside the other versions moved at the same time (pages.go); its fields are shared, so
+// the copy costs at most one allocation. The version is the same (resourceVersion, content): no event,
 // no disk write.
 
 // Relocation is a stored version moved to fresh memory: New is Old's copy, the same version.
@@ -58,7 +58,7 @@ func (o *Objects) relocate(e *Event) (Relocation, bool) {
 	if rt.Kind() != reflect.Pointer || rt.Elem().Kind() != reflect.Struct {
 		return Relocation{}, false
 	}
-	moved := shallowCopy(old)
+	moved := relocatedCopy(old)
 	v := fullValue(moved)
 	o.objects[e.GroupResource()][e.Key] = v
 	o.enc.relocated(objectRef{gr: e.GroupResource(), key: e.Key}, cur, v)

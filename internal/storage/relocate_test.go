@@ -2,13 +2,17 @@ package storage
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 	"weak"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // TestSettledVersionMovesToFreshMemory: once the history drops the event that wrote the stored
@@ -125,4 +129,36 @@ func TestSharedVersionIsNotMoved(t *testing.T) {
 	g.Expect(o.Value(configMaps, "default/policy").Shared()).To(BeTrue())
 	o.ExpireEvents(time.Now().Add(time.Hour).UnixNano())
 	g.Expect(moved).To(BeZero())
+}
+
+// TestSettledVersionsSharePages: versions that settle together move into arrays of a page each,
+// one after the other, not into the free slots of their size class among other objects: a
+// Pod's struct is 1,192 bytes and its size class 1,280, so only an array puts two of them 1,192
+// bytes apart.
+func TestSettledVersionsSharePages(t *testing.T) {
+	g := NewWithT(t)
+	podSize := unsafe.Sizeof(corev1.Pod{})
+	perPage := pageBytes / podSize
+	g.Expect(int(perPage*podSize)).To(BeNumerically(">", belowPage), "a page of Pods is an 8 KiB size-class object")
+
+	o := NewObjects("c", testHistory, nil)
+	pods := schema.GroupResource{Resource: "pods"}
+	var moved []uintptr
+	o.OnRelocate(func(r Relocation) { moved = append(moved, uintptr(unsafe.Pointer(r.New.(*corev1.Pod)))) })
+	const n = 30
+	for i := range n {
+		o.Put(pods, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("p%d", i)}}, nil)
+	}
+	o.ExpireEvents(time.Now().Add(time.Hour).UnixNano())
+	g.Expect(moved).To(HaveLen(n))
+
+	// Each next version is the next element of the page, but where a new page begins (and the
+	// first, which may continue a page started before).
+	adjacent := 0
+	for i := 1; i < n; i++ {
+		if moved[i]-moved[i-1] == podSize {
+			adjacent++
+		}
+	}
+	g.Expect(adjacent).To(BeNumerically(">=", n-1-(n/int(perPage)+1)))
 }
