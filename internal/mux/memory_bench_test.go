@@ -67,6 +67,10 @@ func benchClusterMemory(b *testing.B, clusters int) {
 	}
 	waitPodsRunning(ctx, b, listeners)
 	idle, idlePkgs := liveHeap()
+	if path := os.Getenv("GOOFY_BENCH_HEAP_PROFILE"); path != "" {
+		// The idle clusters' heap, for `go tool pprof -sample_index=inuse_space`.
+		benchWriteHeapProfile(b, path)
+	}
 	stateFile := stateFileBytes(b, db)
 	for i, l := range listeners {
 		benchAddMachine(ctx, b, m, cc, l, i, 3, false, true)
