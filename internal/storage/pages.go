@@ -17,12 +17,15 @@ import (
 // elements are unused, as a span does; its elements are never handed out twice.
 //
 // Types too large for two to a page (or whose array would fall in a smaller size class) are
-// copied with new, as before.
+// copied with new, as before, and so are types small enough for more than maxPerPage to a page
+// (an unstructured object is one map pointer): the runtime reuses a freed slot, a page does not,
+// so the more elements a page has, the likelier one long-lived version keeps it whole.
 
 const (
 	pageBytes = 8192 // the size class of one object per 8 KiB span
 	// belowPage is the size class under it: an array of this size or less shares its span.
-	belowPage = 6912
+	belowPage  = 6912
+	maxPerPage = 64
 )
 
 // settledPages hands out the elements of one array per type.
@@ -42,7 +45,7 @@ func relocatedCopy(obj client.Object) client.Object {
 	t := reflect.TypeOf(obj).Elem()
 	size := int(t.Size())
 	n := pageBytes / max(size, 1)
-	if n < 2 || n*size <= belowPage {
+	if n < 2 || n > maxPerPage || n*size <= belowPage {
 		return shallowCopy(obj)
 	}
 	settledPages.mu.Lock()
