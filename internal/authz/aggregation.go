@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
@@ -41,7 +40,7 @@ func AggregateClusterRoles(ctx context.Context, c *store.Cluster) error {
 	for _, name := range names {
 		cr := all[name]
 		rules := workload.AggregatedRules(cr, all)
-		if equality.Semantic.DeepEqual(rules, cr.Rules) || (len(rules) == 0 && len(cr.Rules) == 0) {
+		if workload.EqualRules(rules, cr.Rules) {
 			continue
 		}
 		updated := cr.DeepCopy()

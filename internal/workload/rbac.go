@@ -468,6 +468,11 @@ func aggregate(cr *rbacv1.ClusterRole, all map[string]*rbacv1.ClusterRole, visit
 	return out
 }
 
+// EqualRules reports whether a and b are the same rules in the same order (a nil and an empty
+// list alike, as the API's semantic equality has them): what the aggregation controller compares
+// before it writes, without reflection.
+func EqualRules(a, b []rbacv1.PolicyRule) bool { return slices.EqualFunc(a, b, equalRule) }
+
 func equalRule(a, b rbacv1.PolicyRule) bool {
 	return slices.Equal(a.Verbs, b.Verbs) && slices.Equal(a.APIGroups, b.APIGroups) && slices.Equal(a.Resources, b.Resources) &&
 		slices.Equal(a.ResourceNames, b.ResourceNames) && slices.Equal(a.NonResourceURLs, b.NonResourceURLs)

@@ -36,3 +36,42 @@ func TestDefaultRBACAggregates(t *testing.T) {
 		}
 	}
 }
+
+// EqualRules is the API's semantic equality of rule lists: order and every field count, a nil
+// and an empty list (or field) are alike.
+func TestEqualRules(t *testing.T) {
+	g := NewWithT(t)
+	get := rbacv1.PolicyRule{Verbs: []string{"get"}, APIGroups: []string{""}, Resources: []string{"pods"}}
+	list := rbacv1.PolicyRule{Verbs: []string{"list"}, APIGroups: []string{""}, Resources: []string{"pods"}}
+	g.Expect(workload.EqualRules(nil, []rbacv1.PolicyRule{})).To(BeTrue())
+	g.Expect(workload.EqualRules([]rbacv1.PolicyRule{get, list}, []rbacv1.PolicyRule{get, list})).To(BeTrue())
+	g.Expect(workload.EqualRules([]rbacv1.PolicyRule{get, list}, []rbacv1.PolicyRule{list, get})).To(BeFalse())
+	g.Expect(workload.EqualRules([]rbacv1.PolicyRule{get}, []rbacv1.PolicyRule{get, list})).To(BeFalse())
+	named := get
+	named.ResourceNames = []string{"a"}
+	g.Expect(workload.EqualRules([]rbacv1.PolicyRule{get}, []rbacv1.PolicyRule{named})).To(BeFalse())
+	emptyNames := get
+	emptyNames.ResourceNames = []string{}
+	g.Expect(workload.EqualRules([]rbacv1.PolicyRule{get}, []rbacv1.PolicyRule{emptyNames})).To(BeTrue())
+	g.Expect(workload.EqualRules([]rbacv1.PolicyRule{get}, []rbacv1.PolicyRule{{Verbs: []string{"get"}, NonResourceURLs: []string{"/healthz"}}})).To(BeFalse())
+}
+
+// BenchmarkAggregationCheck is what the clusterrole-aggregation controller does for each
+// aggregated ClusterRole of the default policy on every run: aggregate its parts' rules and
+// compare them with the stored ones (equal: nothing to write).
+func BenchmarkAggregationCheck(b *testing.B) {
+	roles := map[string]*rbacv1.ClusterRole{}
+	for _, o := range workload.DefaultRBAC() {
+		if cr, ok := o.(*rbacv1.ClusterRole); ok {
+			roles[cr.Name] = cr
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, cr := range roles {
+			if cr.AggregationRule != nil && !workload.EqualRules(workload.AggregatedRules(cr, roles), cr.Rules) {
+				b.Fatalf("%s is not aggregated", cr.Name)
+			}
+		}
+	}
+}
