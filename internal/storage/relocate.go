@@ -46,7 +46,8 @@ func (o *Objects) relocate(e *Event) (Relocation, bool) {
 	if e.Type == watch.Deleted {
 		return Relocation{}, false
 	}
-	cur := o.objects[e.GroupResource()][e.Key]
+	gr := e.GroupResource()
+	cur := o.objects[gr][e.Key]
 	old, ok := cur.x.(client.Object)
 	if !ok || e.Obj.x != cur.x {
 		return Relocation{}, false
@@ -60,9 +61,9 @@ func (o *Objects) relocate(e *Event) (Relocation, bool) {
 	}
 	moved := relocatedCopy(old)
 	v := fullValue(moved)
-	o.objects[e.GroupResource()][e.Key] = v
-	o.enc.relocated(objectRef{gr: e.GroupResource(), key: e.Key}, cur, v)
-	return Relocation{GR: e.GroupResource(), Key: e.Key, Old: old, New: moved}, true
+	o.objects[gr][e.Key] = v
+	o.enc.relocated(objectRef{gr: gr, key: e.Key}, cur, v)
+	return Relocation{GR: gr, Key: e.Key, Old: old, New: moved}, true
 }
 
 // relocated keeps the cached encodings of a version that moved: they encode the same object.

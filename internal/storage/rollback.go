@@ -77,8 +77,9 @@ func (o *Objects) Rollback() []*Event {
 
 // undo puts back the state before e, the newest change left.
 func (o *Objects) undo(e *Event) {
-	m := o.objects[e.GroupResource()]
-	ref := objectRef{gr: e.GroupResource(), key: e.Key}
+	gr := e.GroupResource()
+	m := o.objects[gr]
+	ref := objectRef{gr: gr, key: e.Key}
 	o.enc.drop(ref)
 	switch e.Type {
 	case watch.Added:
@@ -87,7 +88,7 @@ func (o *Objects) undo(e *Event) {
 	case watch.Deleted:
 		if m == nil {
 			m = map[string]Value{}
-			o.objects[e.GroupResource()] = m
+			o.objects[gr] = m
 		}
 		m[e.Key] = e.Old
 		o.bytes += int64(e.Size)
