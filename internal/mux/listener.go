@@ -340,6 +340,7 @@ func (l *WorkloadClusterListener) startLocked() error {
 		IdleTimeout:       5 * time.Minute,
 		ConnContext:       connContext,
 		ErrorLog:          discardLog,
+		HTTP2:             &http.HTTP2Config{MaxEncoderHeaderTableSize: noHeaderTable},
 	}
 	done := make(chan struct{})
 	l.serveDone = done
@@ -470,6 +471,7 @@ func (l *WorkloadClusterListener) routes(api http.Handler) http.Handler {
 	authenticated = genericfilters.WithRequestReceivedTimestamp(authenticated)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := connFrom(r.Context())
+		w = smallFrames(w, r)
 		switch {
 		case c == nil || !c.decided:
 			http.Error(w, "connection without a listener's decision", http.StatusInternalServerError)
