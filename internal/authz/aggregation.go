@@ -18,7 +18,8 @@ import (
 // controller would have written. A role changed meanwhile (a conflict) is left to the write that
 // changed it, which runs this again.
 func AggregateClusterRoles(ctx context.Context, c *store.Cluster) error {
-	obj, err := c.List(clusterRolesGVR, "", store.ListOptions{})
+	// The items are only read; the one written is copied first.
+	obj, err := c.List(clusterRolesGVR, "", store.ListOptions{ShareItems: true})
 	if err != nil {
 		return err
 	}

@@ -1,9 +1,14 @@
 package authz_test
 
 import (
+	"context"
 	"testing"
 
 	. "github.com/onsi/gomega"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/authz"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/workload"
 )
 
 // The aggregated ClusterRoles are stored as the clusterrole-aggregation controller leaves them
@@ -31,4 +36,26 @@ func TestAggregationWithKubectl(t *testing.T) {
 	g.Expect(resources("team-a")).To(Equal(`["pods"]`))
 	admin.ok("delete", "clusterrole", "team-a-pods")
 	g.Expect(resources("team-a")).To(BeEmpty())
+}
+
+// BenchmarkAggregateClusterRoles is one run of the clusterrole-aggregation controller over the
+// default RBAC policy, already aggregated (what every ClusterRole change in every cluster costs).
+func BenchmarkAggregateClusterRoles(b *testing.B) {
+	m := store.NewManager()
+	c, err := m.AddCluster("bench", store.ClusterOptions{KubernetesVersion: "v1.36.3"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = m.DeleteCluster("bench") }()
+	for _, obj := range workload.DefaultRBAC() {
+		if err := c.Client().Create(context.Background(), obj); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := authz.AggregateClusterRoles(context.Background(), c); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
