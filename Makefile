@@ -206,11 +206,11 @@ BENCH_MUX_N = $(if $(filter command line environment,$(origin N)),$(N),1000)
 MACHINES ?= 6
 
 .PHONY: bench-mux
-bench-mux: ## Mux-only scale benchmark: N=1000 clusters x MACHINES=6 (3 control-plane + 3 workers; under 6: 1 + the rest) in one process under CAPI-like load and KCP-style health checks (PODS=30: that many running pods per node; SETTLE=490: memory again once the watch history expired, the runtime collected it and the manager's trimmer returned it).
+bench-mux: ## Mux-only scale benchmark: N=1000 clusters x MACHINES=6 (3 control-plane + 3 workers; under 6: 1 + the rest) in one process under CAPI-like load and KCP-style health checks (PODS=30: that many running pods per node; SETTLE=265: memory again once the watch history (75 s) expired, the runtime's periodic collection (2 min) found it and the manager's trimmer returned it).
 	GOOFY_BENCH_CLUSTERS=$(BENCH_MUX_N) GOOFY_BENCH_MACHINES=$(MACHINES) GOOFY_BENCH_PODS=$(PODS) GOOFY_BENCH_SETTLE_SECONDS=$(SETTLE) go test -run '^$$' -bench BenchmarkMuxScale -benchtime 1x -timeout 60m ./internal/mux/
 
 .PHONY: bench-memory
-bench-memory: ## Per-cluster memory audit: live heap per idle cluster (1 CP + 2 workers, add-on pods running, durable state) and per added worker, by package (CLUSTERS=100).
+bench-memory: ## Per-cluster memory audit: live heap per idle cluster (1 CP + 2 workers, add-on pods running, durable state), again once the watch history window (75 s) passed, and per added worker, by package (CLUSTERS=100).
 	GOOFY_BENCH_CLUSTERS=$(CLUSTERS) go test -run '^$$' -bench BenchmarkClusterMemory -benchtime 1x -v -timeout 15m ./internal/mux/
 
 .PHONY: bench-go

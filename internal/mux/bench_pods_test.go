@@ -118,7 +118,7 @@ func benchPods(b *testing.B, m *WorkloadClustersMux, db *storage.DB, names []str
 		b.ReportMetric(float64(state)/pods, "state-B/pod")
 	}
 	// Right after the start the watch history still holds every pod's earlier versions (created,
-	// bound) for its 5 minutes (docs/state.md); GOOFY_BENCH_SETTLE_SECONDS=310 measures again once
+	// bound) for its 75 s (docs/state.md); GOOFY_BENCH_SETTLE_SECONDS=265 measures again once
 	// they are gone: what Running pods cost for the rest of their lives.
 	if settle := benchEnvInt("GOOFY_BENCH_SETTLE_SECONDS", 0); settle > 0 {
 		time.Sleep(time.Duration(settle) * time.Second)

@@ -223,7 +223,7 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 	if podsPerNode > 0 {
 		benchPods(b, m, db, names, cps+workers, podsPerNode)
 	} else if settle := benchEnvInt("GOOFY_BENCH_SETTLE_SECONDS", 0); settle > 0 {
-		// When set-up ends every cluster's watch history (5 min, docs/state.md) still holds its
+		// When set-up ends every cluster's watch history (75 s, docs/state.md) still holds its
 		// set-up's writes; a fast set-up holds all of them at once. Measured again once they expired:
 		// what the idle fleet holds for the rest of its life, before any client connects.
 		time.Sleep(time.Duration(settle) * time.Second)

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
@@ -37,9 +38,12 @@ type ClusterOptions struct {
 // DefaultEventHistory is the per-cluster number of retained events when ClusterOptions leaves it 0.
 const DefaultEventHistory = 4096
 
-// DefaultEventHistoryTTL bounds how long events are kept when ClusterOptions leaves it 0 (the
-// real API server compacts etcd every 5 minutes), so no cluster pins old object versions for long.
-const DefaultEventHistoryTTL = 5 * time.Minute
+// DefaultEventHistoryTTL bounds how long events are kept when ClusterOptions leaves it 0:
+// kube-apiserver's watch cache window (its EventsHistoryWindow, 75 s: the bookmark a watch gets
+// every minute, plus a margin), beyond which it answers a watch from an older resourceVersion
+// "too old resource version", as the history does. Versions a write superseded are held only
+// that long: they were a third of an idle cluster's heap while a 5-minute window held them.
+const DefaultEventHistoryTTL = storagebackend.DefaultEventsHistoryWindow
 
 // DefaultEventHistoryBytes is the per-cluster size of retained events when ClusterOptions leaves
 // it 0: 4096 events of a typical 1-2 KiB object fit, a few versions of a multi-MiB CRD do too.
