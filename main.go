@@ -398,6 +398,9 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 		ByObject: map[client.Object]cache.ByObject{
 			// Only the CAs of CAPI clusters, with their data (see controllers.SecretCache).
 			&corev1.Secret{}: controllers.SecretCache(),
+			// Without the statuses the reconcilers do not read (see controllers.MachineCache).
+			&clusterv1.Machine{}: controllers.MachineCache(),
+			&clusterv1.Cluster{}: controllers.ClusterCache(),
 		},
 	}
 	if o.namespace != "" {

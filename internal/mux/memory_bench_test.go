@@ -84,6 +84,9 @@ func benchClusterMemory(b *testing.B, clusters int) {
 	// what an idle cluster holds for as long as it stays idle.
 	time.Sleep(store.DefaultEventHistoryTTL + 5*time.Second)
 	settled, settledPkgs := liveHeap()
+	if path := os.Getenv("GOOFY_BENCH_SETTLED_HEAP_PROFILE"); path != "" {
+		benchWriteHeapProfile(b, path) // the settled idle clusters' heap
+	}
 	for i, l := range listeners {
 		benchAddMachine(ctx, b, m, cc, l, i, 3, false, true)
 	}
