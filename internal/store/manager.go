@@ -42,7 +42,8 @@ const DefaultEventHistory = 4096
 // kube-apiserver's watch cache window (its EventsHistoryWindow, 75 s: the bookmark a watch gets
 // every minute, plus a margin), beyond which it answers a watch from an older resourceVersion
 // "too old resource version", as the history does. Versions a write superseded are held only
-// that long: they were a third of an idle cluster's heap while a 5-minute window held them.
+// that long: they were more than a third of an idle cluster's heap while a 5-minute window held
+// them.
 const DefaultEventHistoryTTL = storagebackend.DefaultEventsHistoryWindow
 
 // DefaultEventHistoryBytes is the per-cluster size of retained events when ClusterOptions leaves
