@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -53,10 +54,26 @@ type history struct {
 	// written often cannot pin many of their versions (the newest event is always kept).
 	bytes, maxBytes int
 	// evicted records, per kind, the RV of the newest dropped event: reading that kind's changes
-	// after an older RV is no longer possible. Nil until something is dropped.
-	evicted map[schema.GroupResource]uint64
+	// after an older RV is no longer possible. One entry per kind that ever dropped an event (a
+	// few dozen at most), searched in turn: a map of them took 1.7 KiB in every cluster.
+	evicted []evictedRV
 	// floor is the resourceVersion the store started at: changes before it are unknown.
 	floor uint64
+}
+
+type evictedRV struct {
+	gr *schema.GroupResource // resourceOf's
+	rv uint64
+}
+
+// evictedBefore is the RV of gr's newest dropped event, 0 if none was dropped.
+func (h *history) evictedBefore(gr schema.GroupResource) uint64 {
+	for _, e := range h.evicted {
+		if *e.gr == gr {
+			return e.rv
+		}
+	}
+	return 0
 }
 
 // at returns the i-th oldest retained event.
@@ -124,10 +141,11 @@ func (h *history) grow() {
 
 func (h *history) dropOldest() {
 	e := h.at(0)
-	if h.evicted == nil {
-		h.evicted = map[schema.GroupResource]uint64{}
+	if i := slices.IndexFunc(h.evicted, func(ev evictedRV) bool { return *ev.gr == *e.gr }); i >= 0 {
+		h.evicted[i].rv = e.RV
+	} else {
+		h.evicted = append(h.evicted, evictedRV{gr: e.gr, rv: e.RV})
 	}
-	h.evicted[*e.gr] = e.RV
 	h.bytes -= e.Size
 	h.buf[h.head] = nil // let the old object versions go
 	h.head = (h.head + 1) % len(h.buf)
@@ -151,11 +169,13 @@ func (h *history) dropNewest(e *Event) {
 
 // covers reports whether every change of the kind after rv is still retained.
 func (h *history) covers(gr schema.GroupResource, rv uint64) bool {
-	return rv >= h.floor && rv >= h.evicted[gr]
+	return rv >= h.floor && rv >= h.evictedBefore(gr)
 }
 
 // oldestCovered is the oldest resourceVersion of the kind whose later changes are all retained.
-func (h *history) oldestCovered(gr schema.GroupResource) uint64 { return max(h.floor, h.evicted[gr]) }
+func (h *history) oldestCovered(gr schema.GroupResource) uint64 {
+	return max(h.floor, h.evictedBefore(gr))
+}
 
 // since returns up to max retained events (of all kinds) with RV > rv (max <= 0: all), and false
 // when a change of kind gr after rv was already dropped.
