@@ -2,7 +2,6 @@ package mux
 
 import (
 	"context"
-	"io"
 	"math"
 	"net"
 	"os"
@@ -17,13 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
-	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
-	"github.com/goofy-capi/cluster-api-provider-goofy/internal/store"
 )
 
 // BenchmarkConnectionMemory is what the connections CAPI's managers keep open to a workload
@@ -43,23 +37,8 @@ func BenchmarkConnectionMemory(b *testing.B) {
 }
 
 func benchConnectionMemory(b *testing.B, clusters int) {
-	klog.SetOutput(io.Discard)
-	klog.LogToStderr(false)
-	defer klog.LogToStderr(true)
-	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
-	runtime.MemProfileRate = memProfileRate
-
-	db, err := storage.Open(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
-	stores := store.NewManager(store.WithStorage(db), store.WithSimulator(simulate.New(simulate.Options{Workloads: true})))
-	m, err := NewWorkloadClustersMux(stores, benchHost, WithListenerAddresses(benchHost), WithPortRange(5000, 5000+clusters+99))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = m.Shutdown(context.Background()) }()
+	m, _, stop := memoryBenchMux(b, clusters, 5000)
+	defer stop()
 	cc := newClusterCerts(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()

@@ -38,23 +38,8 @@ func BenchmarkClusterMemory(b *testing.B) {
 const memProfileRate = 4096
 
 func benchClusterMemory(b *testing.B, clusters int) {
-	klog.SetOutput(io.Discard)
-	klog.LogToStderr(false)
-	defer klog.LogToStderr(true)
-	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
-	runtime.MemProfileRate = memProfileRate
-
-	db, err := storage.Open(b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
-	stores := store.NewManager(store.WithStorage(db), store.WithSimulator(simulate.New(simulate.Options{Workloads: true})))
-	m, err := NewWorkloadClustersMux(stores, benchHost, WithListenerAddresses(benchHost), WithPortRange(4000, 4000+clusters+99))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = m.Shutdown(context.Background()) }()
+	m, db, stop := memoryBenchMux(b, clusters, 4000)
+	defer stop()
 	cc := newClusterCerts(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -108,6 +93,32 @@ func benchClusterMemory(b *testing.B, clusters int) {
 	b.Logf("per idle cluster, by the Goofy package it was allocated for:\n%s", idlePkgs.minus(emptyPkgs).topGoofy(10, clusters))
 	b.Logf("per settled idle cluster, by the Goofy package it was allocated for:\n%s", settledPkgs.minus(emptyPkgs).topGoofy(10, clusters))
 	b.Logf("per added worker, by the Goofy package it was allocated for:\n%s", grownPkgs.minus(settledPkgs).topGoofy(8, clusters))
+}
+
+// memoryBenchMux is a mux as the manager runs it (durable state, workloads simulated) for the
+// memory benchmarks, its listeners on ports from firstPort, with klog quiet and the heap profile
+// sampling one allocation per memProfileRate bytes; stop undoes all of it.
+func memoryBenchMux(b *testing.B, clusters, firstPort int) (*WorkloadClustersMux, *storage.DB, func()) {
+	klog.SetOutput(io.Discard)
+	klog.LogToStderr(false)
+	rate := runtime.MemProfileRate
+	runtime.MemProfileRate = memProfileRate
+	db, err := storage.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	stores := store.NewManager(store.WithStorage(db), store.WithSimulator(simulate.New(simulate.Options{Workloads: true})))
+	m, err := NewWorkloadClustersMux(stores, benchHost, WithListenerAddresses(benchHost), WithPortRange(firstPort, firstPort+clusters+99))
+	if err != nil {
+		_ = db.Close()
+		b.Fatal(err)
+	}
+	return m, db, func() {
+		_ = m.Shutdown(context.Background())
+		_ = db.Close()
+		runtime.MemProfileRate = rate
+		klog.LogToStderr(true)
+	}
 }
 
 // stateFileBytes is the size of the state file once every write queued so far is on disk.
