@@ -41,6 +41,9 @@ type SoakConfig struct {
 	SampleEvery, ChurnEvery         time.Duration
 	// Warmup is how long after a segment began its baseline is taken.
 	Warmup time.Duration
+	// Window is how long the baseline and the end of a segment are averaged over: the manager's
+	// sync period, so that each holds one whole resync cycle of its RSS.
+	Window time.Duration
 	// Tolerance is the growth of RSS and goroutines allowed from a segment's baseline to its end.
 	Tolerance float64
 	// SetupTimeout bounds waiting for every cluster to be Available, at the start and after each
@@ -199,7 +202,7 @@ loop:
 		errs = append(errs, s.setFault(ctx, s.faulted, false))
 	}
 	errs = append(errs, s.checkConfigMaps(ctx, "at the end"))
-	s.res.Segments = JudgeSegments(s.res.Samples, cfg.Warmup, cfg.Tolerance, restartFrom.Seconds())
+	s.res.Segments = JudgeSegments(s.res.Samples, cfg.Warmup, cfg.Window, cfg.Tolerance, restartFrom.Seconds())
 	for _, v := range s.res.Segments {
 		cfg.progress("segment %d (%.0f-%.0fs, restarts %v): %s", v.Segment, v.From, v.To, v.WithRestarts, v.Reason)
 		if !v.Pass {

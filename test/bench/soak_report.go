@@ -35,7 +35,8 @@ type SoakSample struct {
 }
 
 // SegmentVerdict judges one segment (the manager's life between restarts): its RSS and
-// goroutines at the end against their values Warmup after it began.
+// goroutines over its last Window against their values over a Window centred Warmup after it
+// began.
 type SegmentVerdict struct {
 	Segment int `json:"segment"`
 	// WithRestarts is true for the segments of the restart phase.
@@ -55,46 +56,58 @@ type SegmentVerdict struct {
 	Reason          string  `json:"reason"`
 }
 
-// soakWindow is how many consecutive samples are averaged for a baseline or an end value: one
-// sample lands anywhere in a GC cycle, so RSS read once swings by more than the 5 % allowed.
-const soakWindow = 3
+// soakMinSamples is the fewest samples a baseline or end window must hold to be judged.
+const soakMinSamples = 3
 
-// JudgeSegments splits the samples by segment and judges each: the mean of soakWindow samples
-// from Warmup after the segment's first sample is its baseline, the mean of its last soakWindow
-// samples its end; it fails when RSS or goroutines grew by more than tolerance. restartFrom is the
-// elapsed second the restart phase began (segments starting there or later have restarts).
-func JudgeSegments(samples []SoakSample, warmup time.Duration, tolerance, restartFrom float64) []SegmentVerdict {
+// JudgeSegments splits the samples by segment and judges each: its baseline is the mean of the
+// samples in a window of length window centred Warmup after the segment's first sample, its end
+// the mean of the samples in its last window (clipped so the two never overlap); it fails when RSS
+// or goroutines grew by more than tolerance. A window as long as the manager's sync period holds
+// one whole resync cycle, so where in that cycle (or in a GC cycle) a sample falls cancels out: RSS
+// read once swings by several times the 5 % allowed. restartFrom is the elapsed second the
+// restart phase began (segments starting there or later have restarts).
+func JudgeSegments(samples []SoakSample, warmup, window time.Duration, tolerance, restartFrom float64) []SegmentVerdict {
 	var verdicts []SegmentVerdict
 	for lo := 0; lo < len(samples); {
 		hi := lo
 		for hi < len(samples) && samples[hi].Segment == samples[lo].Segment {
 			hi++
 		}
-		verdicts = append(verdicts, judgeSegment(samples[lo:hi], warmup, tolerance, restartFrom))
+		verdicts = append(verdicts, judgeSegment(samples[lo:hi], warmup, window, tolerance, restartFrom))
 		lo = hi
 	}
 	return verdicts
 }
 
-func judgeSegment(seg []SoakSample, warmup time.Duration, tolerance, restartFrom float64) SegmentVerdict {
+func judgeSegment(seg []SoakSample, warmup, window time.Duration, tolerance, restartFrom float64) SegmentVerdict {
 	first, last := seg[0], seg[len(seg)-1]
 	v := SegmentVerdict{Segment: first.Segment, WithRestarts: first.Elapsed >= restartFrom, From: first.Elapsed, To: last.Elapsed, Pass: true}
-	base := 0
-	for base < len(seg) && seg[base].Elapsed-first.Elapsed < warmup.Seconds() {
-		base++
+	half := window.Seconds() / 2
+	baseFrom, baseTo := first.Elapsed+warmup.Seconds()-half, first.Elapsed+warmup.Seconds()+half
+	endFrom := max(last.Elapsed-window.Seconds(), baseTo)
+	// in returns the samples with from <= elapsed < to (to inclusive for the end window).
+	in := func(from, to float64, inclusive bool) []SoakSample {
+		var out []SoakSample
+		for _, s := range seg {
+			if s.Elapsed >= from && (s.Elapsed < to || inclusive && s.Elapsed == to) {
+				out = append(out, s)
+			}
+		}
+		return out
 	}
-	end := len(seg) - soakWindow
-	if base+soakWindow > end {
-		v.Reason = fmt.Sprintf("not judged: %.0fs long, shorter than the %s warm-up and two windows of %d samples", last.Elapsed-first.Elapsed, warmup, soakWindow)
+	base, end := in(baseFrom, baseTo, false), in(endFrom, last.Elapsed, true)
+	if last.Elapsed-endFrom < half || len(base) < soakMinSamples || len(end) < soakMinSamples {
+		v.Reason = fmt.Sprintf("not judged: %.0fs long, shorter than the %s warm-up and a %s window on either side of its end (%d samples at least in each)",
+			last.Elapsed-first.Elapsed, warmup, window, soakMinSamples)
 		return v
 	}
 	v.Checked = true
-	mean := func(from int, f func(SoakSample) float64) float64 {
+	mean := func(samples []SoakSample, f func(SoakSample) float64) float64 {
 		sum := 0.0
-		for _, s := range seg[from : from+soakWindow] {
+		for _, s := range samples {
 			sum += f(s)
 		}
-		return sum / soakWindow
+		return sum / float64(len(samples))
 	}
 	rss := func(s SoakSample) float64 { return float64(s.RSSBytes) }
 	goroutines := func(s SoakSample) float64 { return float64(s.Goroutines) }

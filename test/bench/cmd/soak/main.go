@@ -42,6 +42,7 @@ func run() error {
 	flag.DurationVar(&cfg.SampleEvery, "sample-every", time.Minute, "sampling interval")
 	flag.DurationVar(&cfg.ChurnEvery, "churn-every", time.Minute, "churn interval")
 	flag.DurationVar(&cfg.Warmup, "warmup", 15*time.Minute, "a segment's baseline is taken this long after it began")
+	flag.DurationVar(&cfg.Window, "window", 10*time.Minute, "a segment's baseline (centred on the end of its warm-up) and its end are the means of the samples over this long: the manager's sync period, one whole resync cycle of its RSS")
 	flag.Float64Var(&cfg.Tolerance, "tolerance", 0.05, "growth of RSS and goroutines allowed from a segment's baseline to its end")
 	flag.DurationVar(&cfg.SetupTimeout, "setup-timeout", 20*time.Minute, "bound on waiting for every cluster to be Available (at the start and after each restart)")
 	out := flag.String("out", "out/soak", "output directory")
@@ -49,7 +50,7 @@ func run() error {
 	if cfg.RestartPhase < 0 {
 		cfg.RestartPhase = cfg.Duration / 2
 	}
-	if cfg.Clusters < 1 || cfg.ControlPlane < 1 || cfg.Workers < 0 || cfg.Duration <= 0 || cfg.SampleEvery <= 0 || cfg.ChurnEvery <= 0 {
+	if cfg.Clusters < 1 || cfg.ControlPlane < 1 || cfg.Workers < 0 || cfg.Duration <= 0 || cfg.SampleEvery <= 0 || cfg.ChurnEvery <= 0 || cfg.Window <= 0 {
 		return fmt.Errorf("need at least one cluster and control-plane machine, and positive durations")
 	}
 
