@@ -1,9 +1,11 @@
 package mux
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/tls"
 	"crypto/x509"
 	"net"
@@ -50,4 +52,45 @@ func TestIssuedCertKeepsNoParsedLeaf(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(conn.ConnectionState().PeerCertificates[0].Subject.CommonName).To(Equal("kube-apiserver"))
 	g.Expect(conn.Close()).To(Succeed())
+}
+
+// opaqueSigner is a crypto.Signer that PKCS #8 cannot hold (as an HSM's would be).
+type opaqueSigner struct{ crypto.Signer }
+
+// TestHeldCAKeySignsAsGiven: the cluster CA's key (kubeadm's RSA, as CAPI generates it, or any
+// other) is held as PKCS #8 DER, not as the parsed key, and what it signs later verifies against
+// the CA; a signer PKCS #8 cannot hold is kept as it was given.
+func TestHeldCAKeySignsAsGiven(t *testing.T) {
+	g := NewWithT(t)
+	cc := newClusterCerts(t)
+	_, isRSA := cc.caKey.(*rsa.PrivateKey)
+	g.Expect(isRSA).To(BeTrue(), "CAPI's cluster CA key is RSA")
+	ecKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	for _, tc := range []struct {
+		name    string
+		ca      *x509.Certificate
+		key     crypto.Signer
+		encoded bool
+	}{
+		{"RSA", cc.ca, cc.caKey, true},
+		{"ECDSA", selfSignedCA(t, "ecdsa-ca", ecKey), ecKey, true},
+		{"opaque", cc.ca, opaqueSigner{cc.caKey}, false},
+	} {
+		held := holdKey(tc.key)
+		g.Expect(held.der != nil).To(Equal(tc.encoded), tc.name)
+		g.Expect(held.opaque == nil).To(Equal(tc.encoded), tc.name)
+		signer, err := held.signer()
+		g.Expect(err).NotTo(HaveOccurred(), tc.name)
+		g.Expect(signer.Public()).To(Equal(tc.key.Public()), tc.name)
+
+		issued, err := newAdminClientCert(tc.ca, signer)
+		g.Expect(err).NotTo(HaveOccurred(), tc.name)
+		leaf, err := x509.ParseCertificate(issued.Certificate.Certificate[0])
+		g.Expect(err).NotTo(HaveOccurred(), tc.name)
+		g.Expect(leaf.CheckSignatureFrom(tc.ca)).To(Succeed(), tc.name)
+	}
+	_, err = heldKey{}.signer()
+	g.Expect(err).To(MatchError(ContainSubstring("no CA key")))
 }

@@ -27,12 +27,25 @@ type clusterCerts struct {
 
 func newClusterCerts(t testing.TB) clusterCerts {
 	t.Helper()
+	return decodeClusterCerts(t, newClusterCAs(t))
+}
+
+// newClusterCAs generates the two CAs as CAPI stores them in the cluster's Secrets (PEM).
+func newClusterCAs(t testing.TB) secret.Certificates {
+	t.Helper()
 	all := secret.NewCertificatesForInitialControlPlane(&bootstrapv1.ClusterConfiguration{})
-	if err := all.Generate(); err != nil {
+	cas := secret.Certificates{all.GetByPurpose(secret.ClusterCA), all.GetByPurpose(secret.EtcdCA)}
+	if err := cas.Generate(); err != nil {
 		t.Fatal(err)
 	}
+	return cas
+}
+
+// decodeClusterCerts parses the CAs' PEM as the GoofyMachine reconciler does at each provisioning.
+func decodeClusterCerts(t testing.TB, cas secret.Certificates) clusterCerts {
+	t.Helper()
 	decode := func(p secret.Purpose) (*x509.Certificate, crypto.Signer) {
-		kp := all.GetByPurpose(p).KeyPair
+		kp := cas.GetByPurpose(p).KeyPair
 		c, err := certs.DecodeCertPEM(kp.Cert)
 		if err != nil {
 			t.Fatal(err)

@@ -52,12 +52,11 @@ type WorkloadClusterListener struct {
 	lifecycle   sync.Mutex
 	mu          sync.Mutex
 	ca          *x509.Certificate
-	caKey       crypto.Signer
+	caKey       heldKey // for the admin and renewed serving certificates; the etcd CA's key is not kept
 	caPool      *x509.CertPool
 	servingCert *issuedCert
 	adminCert   *issuedCert
 	etcdCA      *x509.Certificate
-	etcdCAKey   crypto.Signer
 	etcdPool    *x509.CertPool
 	apiServers  map[string]struct{}
 	etcdCerts   map[string]*issuedCert // by etcd pod name (the SNI)
@@ -144,7 +143,11 @@ func (l *WorkloadClusterListener) RESTConfig() (*rest.Config, error) {
 		return nil, fmt.Errorf("workload cluster %s has no API server yet", l.name)
 	}
 	if needsRenewal(l.adminCert, time.Now()) {
-		cert, err := newAdminClientCert(l.ca, l.caKey)
+		caKey, err := l.caKey.signer()
+		if err != nil {
+			return nil, err
+		}
+		cert, err := newAdminClientCert(l.ca, caKey)
 		if err != nil {
 			return nil, err
 		}
@@ -199,7 +202,7 @@ func (l *WorkloadClusterListener) addAPIServer(podName string, ca *x509.Certific
 	if !sameCA(l.ca, ca) {
 		l.caGen++
 	}
-	l.ca, l.caKey = ca, caKey
+	l.ca, l.caKey = ca, holdKey(caKey)
 	l.caPool = x509.NewCertPool()
 	l.caPool.AddCert(ca)
 	if needsRenewal(l.servingCert, time.Now()) {
@@ -259,7 +262,7 @@ func (l *WorkloadClusterListener) addEtcdMember(podName string, ca *x509.Certifi
 	if !sameCA(l.etcdCA, ca) {
 		l.etcdGen++
 	}
-	l.etcdCA, l.etcdCAKey = ca, caKey
+	l.etcdCA = ca
 	l.etcdPool = x509.NewCertPool()
 	l.etcdPool.AddCert(ca)
 	if l.etcd == nil {
@@ -445,8 +448,10 @@ func (l *WorkloadClusterListener) decide(c *conn, hello *tls.ClientHelloInfo) (*
 		return nil, fmt.Errorf("workload cluster %s has no API server", l.name)
 	}
 	if needsRenewal(l.servingCert, time.Now()) {
-		if cert, err := newAPIServerCert(l.ca, l.caKey, l.host); err == nil {
-			l.servingCert = cert
+		if caKey, err := l.caKey.signer(); err == nil {
+			if cert, err := newAPIServerCert(l.ca, caKey, l.host); err == nil {
+				l.servingCert = cert
+			}
 		}
 	}
 	c.decided = true

@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
+	"sigs.k8s.io/cluster-api/util/secret"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/simulate"
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
@@ -40,14 +41,19 @@ const memProfileRate = 4096
 func benchClusterMemory(b *testing.B, clusters int) {
 	m, db, stop := memoryBenchMux(b, clusters, 4000)
 	defer stop()
-	cc := newClusterCerts(b)
+	// Every cluster has its own CAs, as through CAPI, parsed from their PEM when the cluster is
+	// added, as the GoofyMachine reconciler does: what a listener keeps of them is counted.
+	cas := make([]secret.Certificates, clusters+1)
+	for i := range cas {
+		cas[i] = newClusterCAs(b)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
 	// One cluster first, kept out of the figures: what the process builds once, on its first
 	// cluster (the shared type converter of server-side apply, the shared bootstrap objects), is
 	// in the baseline, not divided among the clusters measured.
-	warmUp, _ := benchAddCluster(ctx, b, m, cc, clusters, 1, 2, true)
+	warmUp, _ := benchAddCluster(ctx, b, m, decodeClusterCerts(b, cas[clusters]), clusters, 1, 2, true)
 	l, _ := m.Listener(warmUp)
 	waitPodsRunning(ctx, b, []*WorkloadClusterListener{l})
 
@@ -55,7 +61,7 @@ func benchClusterMemory(b *testing.B, clusters int) {
 	empty, emptyPkgs := liveHeap()
 	listeners := make([]*WorkloadClusterListener, clusters)
 	for i := range clusters {
-		name, _ := benchAddCluster(ctx, b, m, cc, i, 1, 2, true)
+		name, _ := benchAddCluster(ctx, b, m, decodeClusterCerts(b, cas[i]), i, 1, 2, true)
 		listeners[i], _ = m.Listener(name)
 	}
 	waitPodsRunning(ctx, b, listeners)
@@ -73,10 +79,11 @@ func benchClusterMemory(b *testing.B, clusters int) {
 		benchWriteHeapProfile(b, path) // the settled idle clusters' heap
 	}
 	for i, l := range listeners {
-		benchAddMachine(ctx, b, m, cc, l, i, 3, false, true)
+		benchAddMachine(ctx, b, m, decodeClusterCerts(b, cas[i]), l, i, 3, false, true)
 	}
 	waitPodsRunning(ctx, b, listeners)
 	grown, grownPkgs := liveHeap()
+	runtime.KeepAlive(cas) // in every measurement alike, the baseline's included
 	b.StopTimer()
 
 	perCluster := float64(idle-empty) / float64(clusters)
