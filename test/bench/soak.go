@@ -58,13 +58,17 @@ type SoakConfig struct {
 
 // SoakResult is what a soak measured and judged.
 type SoakResult struct {
-	Clusters     int              `json:"clusters"`
-	Duration     string           `json:"duration"`
-	RestartEvery string           `json:"restartEvery"`
-	Started      time.Time        `json:"started"`
-	Samples      []SoakSample     `json:"samples"`
-	Segments     []SegmentVerdict `json:"segments"`
-	Restarts     int              `json:"restarts"`
+	Clusters     int    `json:"clusters"`
+	Duration     string `json:"duration"`
+	RestartEvery string `json:"restartEvery"`
+	// Warmup, Window and Tolerance are what the segments were judged with (JudgeSegments).
+	Warmup    string           `json:"warmup"`
+	Window    string           `json:"window"`
+	Tolerance float64          `json:"tolerance"`
+	Started   time.Time        `json:"started"`
+	Samples   []SoakSample     `json:"samples"`
+	Segments  []SegmentVerdict `json:"segments"`
+	Restarts  int              `json:"restarts"`
 	// ChurnSteps counts the churn steps; ScaledMachineDeployments and FaultToggles what they did.
 	ChurnSteps               int `json:"churnSteps"`
 	ScaledMachineDeployments int `json:"scaledMachineDeployments"`
@@ -105,6 +109,7 @@ type writtenConfigMap struct{ cluster, name string }
 // Soak runs the soak and judges it. The result holds whatever was measured even when it fails.
 func Soak(ctx context.Context, cfg SoakConfig) (*SoakResult, error) {
 	s := &soak{cfg: cfg, res: &SoakResult{Clusters: cfg.Clusters, Duration: cfg.Duration.String(), RestartEvery: cfg.RestartEvery.String(),
+		Warmup: cfg.Warmup.String(), Window: cfg.Window.String(), Tolerance: cfg.Tolerance,
 		LogDir: filepath.Join(cfg.OutDir, "plane")}, workload: map[string]*kubernetes.Clientset{}}
 	err := s.run(ctx)
 	if err != nil {
