@@ -166,6 +166,54 @@ func TestPagination(t *testing.T) {
 	g.Expect(names).NotTo(ContainElement("cm-99"))
 }
 
+// TestPaginationTokenExpired: a continue token whose snapshot the history no longer holds gets
+// kube-apiserver's 410, whose Status carries a token that continues the list at the latest state;
+// client-go hands both to its caller, in JSON and in protobuf.
+func TestPaginationTokenExpired(t *testing.T) {
+	for _, proto := range []bool{false, true} {
+		t.Run(fmt.Sprintf("protobuf=%v", proto), func(t *testing.T) {
+			g := NewWithT(t)
+			env := newTestEnvWith(t, Options{}, store.ClusterOptions{EventHistory: 16})
+			cfg := env.cfg
+			if proto {
+				cfg = env.protobufConfig()
+			}
+			cs, err := kubernetes.NewForConfig(cfg)
+			g.Expect(err).NotTo(HaveOccurred())
+			c := ctx(t)
+			cms := cs.CoreV1().ConfigMaps("default")
+			for i := range 4 {
+				_, err := cms.Create(c, configMap("", fmt.Sprintf("cm-%d", i), nil), metav1.CreateOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+			}
+			first, err := cms.List(c, metav1.ListOptions{Limit: 2})
+			g.Expect(err).NotTo(HaveOccurred())
+			for i := range 20 { // past the history's 16 events
+				_, err := cs.CoreV1().ConfigMaps("kube-system").Create(c, configMap("", fmt.Sprintf("churn-%d", i), nil), metav1.CreateOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+			}
+			_, err = cms.Create(c, configMap("", "cm-9", nil), metav1.CreateOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+
+			_, err = cms.List(c, metav1.ListOptions{Limit: 2, Continue: first.Continue})
+			g.Expect(apierrors.IsResourceExpired(err)).To(BeTrue(), "%v", err)
+			status := err.(apierrors.APIStatus).Status()
+			g.Expect(status.Code).To(Equal(int32(410)))
+			g.Expect(status.Message).To(HavePrefix("The provided continue parameter is too old to display a consistent list result."))
+			g.Expect(status.ListMeta.Continue).NotTo(BeEmpty())
+
+			rest, err := cms.List(c, metav1.ListOptions{Limit: 10, Continue: status.ListMeta.Continue})
+			g.Expect(err).NotTo(HaveOccurred())
+			var got []string
+			for _, cm := range rest.Items {
+				got = append(got, cm.Name)
+			}
+			g.Expect(got).To(Equal([]string{"cm-2", "cm-3", "cm-9"}), "the rest, at the latest state")
+			g.Expect(rest.Continue).To(BeEmpty())
+		})
+	}
+}
+
 func TestWatchResumeAndGone(t *testing.T) {
 	for _, proto := range []bool{false, true} {
 		t.Run(fmt.Sprintf("protobuf=%v", proto), func(t *testing.T) {

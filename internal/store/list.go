@@ -1,8 +1,6 @@
 package store
 
 import (
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"sort"
@@ -103,33 +101,37 @@ func tooOldRV(want, oldest uint64) error {
 	return apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", want, oldest))
 }
 
-// continueToken is the opaque pagination cursor: the snapshot RV and the last key returned.
-type continueToken struct {
-	V     string `json:"v"`
-	RV    uint64 `json:"rv"`
-	Start string `json:"start"`
+// Continue tokens are kube-apiserver's (apistorage.EncodeContinue): the snapshot's
+// resourceVersion and the key of the last object returned, relative to continueKeyPrefix. A
+// negative resourceVersion continues at the latest state (handed out with a 410 for an expired
+// token, as etcd3's store does).
+const continueKeyPrefix = "/"
+
+func encodeContinue(rv int64, lastKey string) string {
+	// The key has the prefix, and a token encodes to JSON: EncodeContinue cannot fail here.
+	tok, _ := apistorage.EncodeContinue(continueKeyPrefix+lastKey, continueKeyPrefix, rv)
+	return tok
 }
 
-const continueVersion = "meta.k8s.io/v1"
-
-func encodeContinue(rv uint64, lastKey string) string {
-	data, _ := json.Marshal(continueToken{V: continueVersion, RV: rv, Start: lastKey})
-	return base64.RawURLEncoding.EncodeToString(data)
-}
-
-func decodeContinue(s string) (continueToken, error) {
-	var tok continueToken
-	data, err := base64.RawURLEncoding.DecodeString(s)
-	if err == nil {
-		err = json.Unmarshal(data, &tok)
-	}
-	if err == nil && (tok.V != continueVersion || tok.RV == 0) {
-		err = fmt.Errorf("unsupported continue token")
-	}
+// decodeContinue returns a token's snapshot resourceVersion and the key the page resumes after.
+func decodeContinue(s string) (rv int64, after string, err error) {
+	key, rv, err := apistorage.DecodeContinue(s, continueKeyPrefix)
 	if err != nil {
-		return tok, apierrors.NewBadRequest(fmt.Sprintf("continue key is not valid: %v", err))
+		return 0, "", apierrors.NewBadRequest(fmt.Sprintf("invalid continue token: %v", err))
 	}
-	return tok, nil
+	return rv, strings.TrimPrefix(key, continueKeyPrefix), nil
+}
+
+// continueExpired is kube-apiserver's answer to a continue token whose snapshot is no longer
+// kept (etcd3's handleCompactedErrorForPaging): 410, with a token that continues after the same
+// key at the latest state, for a client that accepts an inconsistent list.
+func continueExpired(after string) error {
+	err := apierrors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result. " +
+		"You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. " +
+		"Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted " +
+		"between the time the first chunk was returned and now may show up in the list.")
+	err.ErrStatus.ListMeta.Continue = encodeContinue(-1, after)
+	return err
 }
 
 // snapshotLocked returns the sorted keys and objects of a kind in a namespace as they were at rv
@@ -197,11 +199,14 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 		if opts.ResourceVersion != "" && opts.ResourceVersion != "0" {
 			return nil, apierrors.NewBadRequest("specifying resource version is not allowed when using continue")
 		}
-		tok, err := decodeContinue(opts.Continue)
+		rv, start, err := decodeContinue(opts.Continue)
 		if err != nil {
 			return nil, err
 		}
-		at, after = tok.RV, tok.Start
+		if rv > 0 { // else the latest state, where the page after an expired token continues
+			at = uint64(rv)
+		}
+		after = start
 	} else if opts.ResourceVersion != "" && opts.ResourceVersion != "0" {
 		rv, err := parseRV(opts.ResourceVersion)
 		if err != nil {
@@ -250,7 +255,7 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 	}
 	if err != nil {
 		if opts.Continue != "" {
-			return nil, apierrors.NewResourceExpired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
+			return nil, continueExpired(after)
 		}
 		return nil, tooOldRV(at, oldest)
 	}
@@ -265,7 +270,7 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 		if opts.Limit > 0 && int64(len(out)) == opts.Limit {
 			// More matches exist: hand out a cursor into the same snapshot after the last key returned.
 			last := out[len(out)-1]
-			cont = encodeContinue(snapRV, storage.Key(last.GetNamespace(), last.GetName()))
+			cont = encodeContinue(int64(snapRV), storage.Key(last.GetNamespace(), last.GetName()))
 			if sel.everything() {
 				n := int64(len(page) - j)
 				remaining = &n

@@ -205,7 +205,35 @@ func TestPaginationTokenExpires(t *testing.T) {
 	}
 	_, err = c.List(configMapsGVR, "default", ListOptions{Limit: 2, Continue: cont})
 	g.Expect(apierrors.IsResourceExpired(err)).To(BeTrue(), "got %v", err)
-	g.Expect(err.(apierrors.APIStatus).Status().Code).To(Equal(int32(410)))
+	status := err.(apierrors.APIStatus).Status()
+	g.Expect(status.Code).To(Equal(int32(410)))
+	g.Expect(status.Message).To(ContainSubstring("use the continue token in this response to retrieve the remainder of the results"))
+
+	// As kube-apiserver's 410 does, it carries a token that continues after the same key at the
+	// latest state: what was created since shows up (an inconsistent list), and the pages after
+	// it are consistent with that state.
+	g.Expect(status.ListMeta.Continue).NotTo(BeEmpty())
+	rv, after, err := decodeContinue(status.ListMeta.Continue)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(rv).To(BeEquivalentTo(-1))
+	g.Expect(after).To(Equal("default/cm-1"))
+	out, err = c.List(configMapsGVR, "default", ListOptions{Limit: 5, Continue: status.ListMeta.Continue})
+	g.Expect(err).NotTo(HaveOccurred())
+	page := out.(*corev1.ConfigMapList)
+	g.Expect(names(page.Items)).To(Equal([]string{"cm-2", "cm-3", "more-0", "more-1", "more-2"}))
+	g.Expect(page.ResourceVersion).To(Equal(strconv.FormatUint(c.objs.ResourceVersion(), 10)))
+	mustCreate(t, c, configMap("default", "zz-later", nil))
+	out, err = c.List(configMapsGVR, "default", ListOptions{Limit: 100, Continue: page.Continue})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(names(out.(*corev1.ConfigMapList).Items)).To(HaveLen(7), "more-3 to more-9, not what was created after that page")
+}
+
+func names(items []corev1.ConfigMap) []string {
+	out := make([]string, len(items))
+	for i := range items {
+		out[i] = items[i].Name
+	}
+	return out
 }
 
 func TestListResourceVersionSemantics(t *testing.T) {
@@ -236,7 +264,7 @@ func TestListResourceVersionSemantics(t *testing.T) {
 	g.Expect(apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge)).To(BeTrue())
 	// A continue token no list of this cluster handed out (a future resourceVersion) is refused
 	// the same way, not served as a snapshot of a state that never existed.
-	_, err = c.List(configMapsGVR, "", ListOptions{Limit: 1, Continue: encodeContinue(uint64(cur+100), "default/a")})
+	_, err = c.List(configMapsGVR, "", ListOptions{Limit: 1, Continue: encodeContinue(int64(cur+100), "default/a")})
 	g.Expect(apierrors.IsTimeout(err)).To(BeTrue(), "%v", err)
 	g.Expect(err).To(MatchError(ContainSubstring(fmt.Sprintf("Too large resource version: %d, current: %d", cur+100, cur))))
 
