@@ -22,7 +22,6 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -46,17 +45,12 @@ func TestClientsetCRUD(t *testing.T) {
 		t.Run(fmt.Sprintf("protobuf=%v", proto), func(t *testing.T) {
 			g := NewWithT(t)
 			env := newTestEnv(t, Options{})
-			cfg := env.cfg
-			if proto {
-				cfg = env.protobufConfig()
-			}
-			cs, err := kubernetes.NewForConfig(cfg)
-			g.Expect(err).NotTo(HaveOccurred())
+			cs := env.clientsetSpeaking(t, proto)
 			c := ctx(t)
 			cms := cs.CoreV1().ConfigMaps("default")
 
 			// A missing object is a real 404 Status (CAPI's cluster cache depends on it).
-			_, err = cms.Get(c, "missing", metav1.GetOptions{})
+			_, err := cms.Get(c, "missing", metav1.GetOptions{})
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%v", err)
 			g.Expect(err.(apierrors.APIStatus).Status().Details.Name).To(Equal("missing"))
 
@@ -174,12 +168,7 @@ func TestPaginationTokenExpired(t *testing.T) {
 		t.Run(fmt.Sprintf("protobuf=%v", proto), func(t *testing.T) {
 			g := NewWithT(t)
 			env := newTestEnvWith(t, Options{}, store.ClusterOptions{EventHistory: 16})
-			cfg := env.cfg
-			if proto {
-				cfg = env.protobufConfig()
-			}
-			cs, err := kubernetes.NewForConfig(cfg)
-			g.Expect(err).NotTo(HaveOccurred())
+			cs := env.clientsetSpeaking(t, proto)
 			c := ctx(t)
 			cms := cs.CoreV1().ConfigMaps("default")
 			for i := range 4 {
@@ -220,12 +209,7 @@ func TestWatchResumeAndGone(t *testing.T) {
 			g := NewWithT(t)
 			// A short history so that old resourceVersions expire within the test.
 			env := newTestEnvWith(t, Options{}, store.ClusterOptions{EventHistory: 16})
-			cfg := env.cfg
-			if proto {
-				cfg = env.protobufConfig()
-			}
-			cs, err := kubernetes.NewForConfig(cfg)
-			g.Expect(err).NotTo(HaveOccurred())
+			cs := env.clientsetSpeaking(t, proto)
 			c := ctx(t)
 			nodes := cs.CoreV1().Nodes()
 			list, err := nodes.List(c, metav1.ListOptions{})

@@ -91,6 +91,20 @@ func (e *testEnv) clientset(t testing.TB) *kubernetes.Clientset {
 	return cs
 }
 
+// clientsetSpeaking is a clientset that talks JSON, or protobuf when proto is true.
+func (e *testEnv) clientsetSpeaking(t testing.TB, proto bool) *kubernetes.Clientset {
+	t.Helper()
+	cfg := e.cfg
+	if proto {
+		cfg = e.protobufConfig()
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
 // protobufConfig asks for protobuf like controllers using client-go's recommended settings.
 func (e *testEnv) protobufConfig() *rest.Config {
 	cfg := rest.CopyConfig(e.cfg)
