@@ -390,7 +390,14 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 		log.V(1).Info("Open file limit", "limit", files)
 	}
 
+	// The cache's requests go through controllers.CacheTransport, which spares its decoder what
+	// its transforms drop (client-go shares the connections of equal configurations).
+	httpClient, err := rest.HTTPClientFor(restConfig)
+	if err != nil {
+		return fmt.Errorf("creating the management cluster's HTTP client: %w", err)
+	}
 	cacheOpts := cache.Options{
+		HTTPClient: &http.Client{Transport: controllers.CacheTransport(httpClient.Transport), Timeout: httpClient.Timeout},
 		SyncPeriod: &o.syncPeriod,
 		// Nothing here reads managedFields, and on CAPI's Machines and Clusters they are a
 		// large share of each cached object.

@@ -1,11 +1,15 @@
 package controllers
 
 import (
+	"net/http"
 	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/goofy-capi/cluster-api-provider-goofy/internal/cachetrim"
 )
 
 // MachineCache and ClusterCache are how the manager caches CAPI's Machines and Clusters: without
@@ -43,4 +47,27 @@ func TrimCluster(obj any) (any, error) {
 		c.Status = kept
 	}
 	return obj, nil
+}
+
+// CacheTransport is the HTTP transport of the manager's cache: next, leaving out of the JSON
+// lists and watch events it receives what the cache's transforms throw away (every object's
+// managed fields, cache.TransformStripManagedFields; what TrimMachine and TrimCluster drop),
+// so that it is never decoded (package cachetrim has the figures). What it leaves out must
+// stay within what they drop: the transforms decide what the cache holds.
+func CacheTransport(next http.RoundTripper) http.RoundTripper {
+	metadata := cachetrim.Trim{Drop: []string{"managedFields"}}
+	return &cachetrim.Transport{
+		Next:   next,
+		Object: cachetrim.Trim{Within: map[string]cachetrim.Trim{"metadata": metadata}},
+		ByResource: map[schema.GroupResource]cachetrim.Trim{
+			{Group: clusterv1.GroupVersion.Group, Resource: "machines"}: {
+				Drop:   []string{"status"},
+				Within: map[string]cachetrim.Trim{"metadata": metadata},
+			},
+			{Group: clusterv1.GroupVersion.Group, Resource: "clusters"}: {Within: map[string]cachetrim.Trim{
+				"metadata": metadata,
+				"status":   {Only: []string{"initialization", "conditions"}},
+			}},
+		},
+	}
 }
