@@ -37,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -366,6 +367,9 @@ func run(ctx context.Context, o options, restConfig *rest.Config) error {
 			return fmt.Errorf("--state-dir: %w", err)
 		}
 		defer db.Close() // after the manager and with it the listeners have stopped
+		if err := ctrlmetrics.Registry.Register(storage.Collector{DB: db}); err != nil {
+			return fmt.Errorf("registering the state file's metrics: %w", err)
+		}
 		storeOpts = append(storeOpts, store.WithStorage(db))
 		log.Info("Workload cluster state is kept on disk", "path", db.Path())
 	} else {

@@ -66,7 +66,7 @@ var ErrEarlierWriteFailed = errors.New("an earlier write of the same workload cl
 
 // Stats counts the committer's work since Open.
 type Stats struct {
-	Batches uint64 // transactions committed (one fsync each)
+	Batches uint64 // transactions committed (bbolt syncs each twice: its pages, then its meta page)
 	Writes  uint64 // writes in them
 	Bytes   uint64 // value bytes written
 }
