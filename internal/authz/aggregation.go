@@ -16,10 +16,11 @@ import (
 // the ClusterRoles its selectors match (workload.AggregatedRules). Authorization does not wait
 // for it (the index aggregates by itself); it makes `kubectl get clusterrole` show what the
 // controller would have written. A role changed meanwhile (a conflict) is left to the write that
-// changed it, which runs this again.
+// changed it, which runs this again. Like the controller's, its reads and writes wait for no
+// disk (store.WithoutSyncWait): a client that reads the roles afterwards waits for them.
 func AggregateClusterRoles(ctx context.Context, c *store.Cluster) error {
 	// The items are only read; the one written is copied first.
-	obj, err := c.List(clusterRolesGVR, "", store.ListOptions{ShareItems: true})
+	obj, err := c.List(clusterRolesGVR, "", store.ListOptions{ShareItems: true, SkipSyncWait: true})
 	if err != nil {
 		return err
 	}
@@ -37,7 +38,7 @@ func AggregateClusterRoles(ctx context.Context, c *store.Cluster) error {
 		}
 	}
 	slices.Sort(names)
-	cl := c.Client()
+	cl := c.Client(store.WithoutSyncWait())
 	for _, name := range names {
 		cr := all[name]
 		rules := workload.AggregatedRules(cr, all)

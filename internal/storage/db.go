@@ -45,6 +45,8 @@ type DB struct {
 	pending *batch // writes queued since the committer last took them; nil when none
 	closed  bool
 	kick    chan struct{} // capacity 1: "something is pending"
+	hurry   chan struct{} // capacity 1: "somebody waits for what is pending" (see gatherWrites)
+	gather  time.Duration // how long a batch gathers writes nobody waits for (gatherFor)
 	stopped chan struct{} // closed when the committer has flushed everything and exited
 	seq     uint64        // queue position of the next write
 	// fences holds, per bucket whose write failed, the queue position from which its writes may
@@ -76,6 +78,7 @@ type Stats struct {
 type batch struct {
 	writes []write
 	done   chan struct{}
+	hurry  chan struct{} // the DB's
 	errs   []error // per write, once done; nil when every write committed
 }
 
@@ -108,7 +111,10 @@ func (w write) record() bool { return strings.HasPrefix(w.key, recordPrefix) }
 
 // Open opens (or creates) the database in dir and starts its committer. It fails rather than
 // waits when another process holds the file.
-func Open(dir string) (*DB, error) {
+func Open(dir string) (*DB, error) { return open(dir, gatherFor) }
+
+// open is Open with the committer's gathering time (gatherWrites).
+func open(dir string, gather time.Duration) (*DB, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state directory: %w", err)
 	}
@@ -124,7 +130,7 @@ func Open(dir string) (*DB, error) {
 		return nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	b.AllocSize = allocSize
-	db := &DB{bolt: b, kick: make(chan struct{}, 1), stopped: make(chan struct{})}
+	db := &DB{bolt: b, kick: make(chan struct{}, 1), hurry: make(chan struct{}, 1), gather: gather, stopped: make(chan struct{})}
 	if err := db.sweepShared(); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("opening %s: %w", path, err)
@@ -157,11 +163,20 @@ type Commit struct {
 }
 
 // Wait blocks until the write is on disk, or returns why it is not. The zero Commit is done.
+// A write somebody waits for is committed without gathering more (see gatherWrites).
 func (c Commit) Wait() error {
 	if c.b == nil {
 		return nil
 	}
-	<-c.b.done
+	select {
+	case <-c.b.done:
+	default:
+		select {
+		case c.b.hurry <- struct{}{}:
+		default:
+		}
+		<-c.b.done
+	}
 	if c.b.errs == nil {
 		return nil
 	}
@@ -240,7 +255,7 @@ func (db *DB) enqueue(w write) Commit {
 		return Commit{b: b}
 	}
 	if db.pending == nil {
-		db.pending = &batch{done: make(chan struct{})}
+		db.pending = &batch{done: make(chan struct{}), hurry: db.hurry}
 	}
 	w.seq = db.seq
 	db.seq++
@@ -261,6 +276,8 @@ func (db *DB) commitLoop() {
 	defer close(db.stopped)
 	release := time.NewTimer(releaseAfter)
 	release.Stop()
+	gather := time.NewTimer(db.gather)
+	gather.Stop()
 	armed := false
 	for {
 		select {
@@ -270,6 +287,7 @@ func (db *DB) commitLoop() {
 				db.commitPending() // what was queued between the last kick and Close
 				return
 			}
+			db.gatherWrites(gather)
 			db.commitPending()
 			if !armed {
 				release.Reset(releaseAfter)
@@ -278,6 +296,38 @@ func (db *DB) commitLoop() {
 		case <-release.C:
 			armed = false
 			db.releaseMapped()
+		}
+	}
+}
+
+// gatherFor is how long a batch that nobody waits for yet gathers writes before its commit.
+const gatherFor = 5 * time.Millisecond
+
+// gatherWrites returns once somebody waits for a pending write (Commit.Wait: a client's write,
+// a read or a watch event that must not show what is not on disk), or after gatherFor. Most
+// writes are the simulated control plane's, which nobody waits for (a pod's progress, a node's
+// status): committed as they came, a fleet's writes took 1.4 per commit (`make bench N=60`),
+// and each commit costs two fdatasyncs. What nobody has seen can wait a few milliseconds to
+// share one.
+func (db *DB) gatherWrites(t *time.Timer) {
+	db.mu.Lock()
+	pending := db.pending != nil
+	db.mu.Unlock()
+	if !pending { // a kick for writes that the last commit took
+		return
+	}
+	t.Reset(db.gather)
+	defer t.Stop()
+	for {
+		select {
+		case <-db.hurry:
+			return
+		case <-t.C:
+			return
+		case _, ok := <-db.kick: // more writes, for this batch
+			if !ok { // Close: commit what is queued now
+				return
+			}
 		}
 	}
 }

@@ -225,3 +225,42 @@ func TestCommittedWriteReleasesItsEncoder(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond).Should(BeTrue(), "the encoder's object is unreachable once its write is on disk")
 	runtime.KeepAlive(commit)
 }
+
+// TestWritesNobodyWaitsForShareACommit: writes queued without waiting stay pending (here, with
+// gathering that never times out) and go to disk in one transaction as soon as somebody waits for
+// any of them; a later waited write commits at once, gathering nothing; Close commits what is
+// still gathering.
+func TestWritesNobodyWaitsForShareACommit(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	db, err := open(dir, time.Hour)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = db.Close() }()
+
+	var commits []Commit
+	for i := range 40 {
+		commits = append(commits, db.Put("c", fmt.Sprintf("/k/%d", i), uint64(i+1), value("x")))
+		if i%10 == 0 {
+			time.Sleep(time.Millisecond) // the committer wakes up in between
+		}
+	}
+	g.Expect(db.Stats().Batches).To(BeZero(), "committed before anybody waited")
+	g.Expect(commits[0].Done()).To(BeFalse())
+	g.Expect(commits[20].Wait()).To(Succeed())
+	g.Expect(db.Stats()).To(Equal(Stats{Batches: 1, Writes: 40, Bytes: db.Stats().Bytes}))
+	for _, c := range commits {
+		g.Expect(c.Done()).To(BeTrue())
+	}
+
+	g.Expect(db.Put("c", "/k/last", 41, value("y")).Wait()).To(Succeed())
+	g.Expect(db.Stats().Batches).To(Equal(uint64(2)))
+
+	// Close commits what is still gathering (here it would gather for an hour).
+	db.Put("c", "/k/unwaited", 42, value("z"))
+	g.Expect(db.Close()).To(Succeed())
+	db, err = Open(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer db.Close()
+	got, _, _ := load(t, db, "c")
+	g.Expect(got).To(HaveLen(42))
+}

@@ -40,8 +40,10 @@ type ClientOption func(*storeClient)
 func WithoutManagedFields() ClientOption { return func(s *storeClient) { s.untracked = true } }
 
 // WithoutSyncWait makes the client's writes return once queued to disk rather than once synced
-// (UpdateOptions.SkipSyncWait): for the simulator's own writes, which it derives again after a
-// crash, so that a machine's phases do not wait for fsyncs.
+// (UpdateOptions.SkipSyncWait), and its reads answer from memory at once, where a read waits
+// until what it shows is on disk (ListOptions.SkipSyncWait): for the simulator's own writes and
+// reads, which it derives again after a crash, so that a machine's phases do not wait for
+// fsyncs, and the writes they queue share commits instead of each read forcing one.
 func WithoutSyncWait() ClientOption { return func(s *storeClient) { s.noSyncWait = true } }
 
 // storeClient adapts controller-runtime's client options to the store's verbs.
@@ -125,7 +127,7 @@ func (s *storeClient) Get(_ context.Context, key client.ObjectKey, obj client.Ob
 	if err != nil {
 		return err
 	}
-	out, err := s.c.Get(info.GVR, key.Namespace, key.Name)
+	out, err := s.c.get(info.GVR, key.Namespace, key.Name, !s.noSyncWait)
 	if err != nil {
 		return err
 	}
@@ -138,7 +140,8 @@ func (s *storeClient) List(_ context.Context, list client.ObjectList, opts ...cl
 		return err
 	}
 	lo := (&client.ListOptions{}).ApplyOptions(opts)
-	o := ListOptions{LabelSelector: lo.LabelSelector, FieldSelector: lo.FieldSelector, Limit: lo.Limit, Continue: lo.Continue}
+	o := ListOptions{LabelSelector: lo.LabelSelector, FieldSelector: lo.FieldSelector, Limit: lo.Limit, Continue: lo.Continue,
+		SkipSyncWait: s.noSyncWait}
 	if lo.Raw != nil {
 		o.ResourceVersion, o.ResourceVersionMatch = lo.Raw.ResourceVersion, lo.Raw.ResourceVersionMatch
 	}
@@ -327,7 +330,7 @@ func (r *subResourceClient) Get(ctx context.Context, obj, subResource client.Obj
 	if err != nil {
 		return err
 	}
-	out, err := r.s.c.Get(info.GVR, obj.GetNamespace(), obj.GetName())
+	out, err := r.s.c.get(info.GVR, obj.GetNamespace(), obj.GetName(), !r.s.noSyncWait)
 	if err != nil {
 		return err
 	}

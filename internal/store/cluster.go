@@ -217,6 +217,11 @@ func formatRV(rv uint64) string { return strconv.FormatUint(rv, 10) }
 
 // Get returns a deep copy of the named object.
 func (c *Cluster) Get(gvr schema.GroupVersionResource, namespace, name string) (runtime.Object, error) {
+	return c.get(gvr, namespace, name, true)
+}
+
+// get is Get; without settle it answers from memory at once (ListOptions.SkipSyncWait).
+func (c *Cluster) get(gvr schema.GroupVersionResource, namespace, name string, settle bool) (runtime.Object, error) {
 	b, err := c.lookup(gvr)
 	if err != nil {
 		return nil, err
@@ -232,8 +237,8 @@ func (c *Cluster) Get(gvr schema.GroupVersionResource, namespace, name string) (
 	obj := c.getLocked(gvr.GroupResource(), storage.Key(namespace, name))
 	commit := c.objs.LastCommit()
 	c.mu.RUnlock()
-	if !c.settled(commit) {
-		return c.Get(gvr, namespace, name) // what it read was undone: read again
+	if settle && !c.settled(commit) {
+		return c.get(gvr, namespace, name, settle) // what it read was undone: read again
 	}
 	if obj == nil {
 		return nil, apierrors.NewNotFound(gvr.GroupResource(), name)

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 
@@ -12,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/goofy-capi/cluster-api-provider-goofy/internal/storage"
 )
@@ -267,4 +270,37 @@ func tearConfigMap(t *testing.T, dir, bucket, key string) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestSimulatorReadsDoNotForceCommits: the simulator's client (WithoutSyncWait) reads its own
+// queued writes at once, so its create-then-read steps queue writes that share commits, where
+// each read used to wait for (and so force) a commit of its own; a client's read then waits
+// until all of them are on disk.
+func TestSimulatorReadsDoNotForceCommits(t *testing.T) {
+	g := NewWithT(t)
+	db, err := storage.Open(t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = db.Close() }()
+	c, err := NewManager(WithStorage(db)).AddCluster("ns/a", ClusterOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx := context.Background()
+	sim := c.Client(WithoutManagedFields(), WithoutSyncWait())
+	before := db.Stats()
+
+	const steps = 20
+	for i := range steps {
+		g.Expect(sim.Create(ctx, configMap("default", fmt.Sprintf("cm-%d", i), nil))).To(Succeed())
+		got := &corev1.ConfigMap{}
+		g.Expect(sim.Get(ctx, client.ObjectKey{Namespace: "default", Name: fmt.Sprintf("cm-%d", i)}, got)).To(Succeed())
+		list := &corev1.ConfigMapList{}
+		g.Expect(sim.List(ctx, list, client.InNamespace("default"))).To(Succeed())
+		g.Expect(list.Items).To(HaveLen(i + 1))
+	}
+	// A client's read shows them only once they are on disk.
+	list := &corev1.ConfigMapList{}
+	g.Expect(c.Client().List(ctx, list, client.InNamespace("default"))).To(Succeed())
+	g.Expect(list.Items).To(HaveLen(steps))
+	after := db.Stats()
+	g.Expect(after.Writes - before.Writes).To(BeNumerically(">=", steps))
+	g.Expect(after.Batches-before.Batches).To(BeNumerically("<", steps/2), "commits for %d writes", after.Writes-before.Writes)
 }

@@ -250,7 +250,7 @@ func (c *Cluster) List(gvr schema.GroupVersionResource, namespace string, opts L
 	oldest := c.objs.OldestCovered(gvr.GroupResource())
 	commit := c.objs.LastCommit()
 	c.mu.RUnlock()
-	if !c.settled(commit) {
+	if !opts.SkipSyncWait && !c.settled(commit) {
 		return c.List(gvr, namespace, opts) // what it read was undone: read again
 	}
 	if err != nil {

@@ -19,6 +19,11 @@ type ListOptions struct {
 	// objects instead of being deep copies. For callers that only encode the list, as the API
 	// server does; they must neither modify the items nor keep them.
 	ShareItems bool
+	// SkipSyncWait (List only) answers from memory at once, where a read waits until the
+	// changes it would show are on disk. For the simulator's own reads, which act on its own
+	// writes (UpdateOptions.SkipSyncWait) and derive them again after a crash; never for a
+	// client's.
+	SkipSyncWait bool
 	// Watch only:
 	SendInitialEvents   *bool
 	AllowWatchBookmarks bool
