@@ -79,7 +79,7 @@ type batch struct {
 	writes []write
 	done   chan struct{}
 	hurry  chan struct{} // the DB's
-	errs   []error // per write, once done; nil when every write committed
+	errs   []error       // per write, once done; nil when every write committed
 }
 
 type write struct {
