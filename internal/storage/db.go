@@ -489,6 +489,12 @@ func (db *DB) settle(b *batch, failed map[string]error, txs uint64, values [][]b
 	db.stats.Bytes += bytes
 }
 
+// fillPercent is how full bbolt fills a cluster's pages when it splits them. Its default (half)
+// suits keys inserted in random order; a cluster's keys mostly arrive in order (a resource's
+// objects are created together, and its code leads the key), so pages split at half stayed half
+// empty: at N=100 through real CAPI, 2.1 MB of keys and values held 983 pages (4.0 MB).
+const fillPercent = 0.9
+
 // apply performs one write in tx; value is the encoded value of a put.
 func (db *DB) apply(tx *bolt.Tx, w write, value []byte) error {
 	name := []byte(w.bucket)
@@ -502,6 +508,7 @@ func (db *DB) apply(tx *bolt.Tx, w write, value []byte) error {
 	if err != nil {
 		return fmt.Errorf("state of %s: %w", w.bucket, err)
 	}
+	bk.FillPercent = fillPercent
 	if w.encode == nil {
 		err = bk.Delete([]byte(w.key))
 	} else {

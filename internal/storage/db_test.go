@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	bolt "go.etcd.io/bbolt"
 )
 
 func value(s string) func() ([]byte, error) { return func() ([]byte, error) { return []byte(s), nil } }
@@ -263,4 +265,27 @@ func TestWritesNobodyWaitsForShareACommit(t *testing.T) {
 	defer db.Close()
 	got, _, _ := load(t, db, "c")
 	g.Expect(got).To(HaveLen(42))
+}
+
+// TestKeysWrittenInOrderFillPages: a cluster's keys mostly arrive in order; their pages end up
+// filled to fillPercent, not half empty as at bbolt's default split.
+func TestKeysWrittenInOrderFillPages(t *testing.T) {
+	g := NewWithT(t)
+	db, err := Open(t.TempDir())
+	g.Expect(err).NotTo(HaveOccurred())
+	defer db.Close()
+	var last Commit
+	for i := range 2000 {
+		last = db.Put("c", fmt.Sprintf("/k/%05d", i), uint64(i+1), value(strings.Repeat("v", 100)))
+		if i%50 == 49 {
+			g.Expect(last.Wait()).To(Succeed()) // many transactions, as a fleet's writes come
+		}
+	}
+	g.Expect(last.Wait()).To(Succeed())
+	g.Expect(db.bolt.View(func(tx *bolt.Tx) error {
+		s := tx.Bucket([]byte("c")).Stats()
+		fill := float64(s.LeafInuse) / float64(s.LeafPageN*db.bolt.Info().PageSize)
+		g.Expect(fill).To(BeNumerically(">", 0.8), "leaf pages %d, %d bytes in use", s.LeafPageN, s.LeafInuse)
+		return nil
+	})).To(Succeed())
 }
