@@ -84,7 +84,10 @@ func (b *simulatedMachineBackend) ensureVM(ctx context.Context, s *machineScope)
 // (for the first machine after a restart, before the others re-registered theirs).
 func (b *simulatedMachineBackend) otherMachinesIPs(ctx context.Context, s *machineScope) (map[netip.Addr]bool, error) {
 	others := &infrav1.GoofyMachineList{}
-	if err := b.client.List(ctx, others, client.InNamespace(s.gm.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: s.cluster.Name}); err != nil {
+	// Read-only: the cache's own objects, not copies (a cluster of 500 workers listed its 500
+	// GoofyMachines, deep-copied, for each machine it provisioned).
+	if err := b.client.List(ctx, others, client.InNamespace(s.gm.Namespace), client.MatchingLabels{clusterv1.ClusterNameLabel: s.cluster.Name},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	taken := map[netip.Addr]bool{}

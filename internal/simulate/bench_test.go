@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -26,33 +27,9 @@ func BenchmarkRunningPods(b *testing.B) {
 	ctx := context.Background()
 	for range b.N {
 		b.StopTimer()
-		m := store.NewManager(store.WithSimulator(simulate.New(simulate.Options{Workloads: true, PodStartDelay: time.Millisecond})))
-		c, err := m.AddCluster("bench", store.ClusterOptions{KubernetesVersion: "v1.36.3"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		cl := c.Client(store.WithoutManagedFields(), store.WithoutSyncWait())
-		for _, obj := range workload.ClusterObjects(workload.ClusterSpec{ClusterName: "bench", KubernetesVersion: "v1.36.3", ControlPlaneEndpoint: "127.0.0.1:6443", PodSubnet: "192.168.0.0/16"}) {
-			if err := cl.Create(ctx, obj); err != nil {
-				b.Fatal(err)
-			}
-		}
+		m, cl := newBenchCluster(b)
 		for i := range nodes {
-			n := workload.Node(workload.NodeSpec{Name: fmt.Sprintf("n%d", i), KubeletVersion: "v1.36.3", InternalIP: fmt.Sprintf("10.0.0.%d", i+1), Ready: true}, metav1.Now())
-			n.Spec.Taints = nil
-			status := n.Status
-			if err := cl.Create(ctx, n); err != nil {
-				b.Fatal(err)
-			}
-			for {
-				if err := cl.Get(ctx, client.ObjectKeyFromObject(n), n); err != nil {
-					b.Fatal(err)
-				}
-				n.Status = status
-				if err := cl.Status().Update(ctx, n); err == nil {
-					break
-				}
-			}
+			addReadyNode(b, cl, fmt.Sprintf("n%d", i), fmt.Sprintf("10.0.0.%d", i+1))
 		}
 		waitRunning(b, cl, nodes+2) // kube-proxy per node, CoreDNS: the idle cluster
 		runtime.GC()
@@ -77,7 +54,52 @@ func BenchmarkRunningPods(b *testing.B) {
 	}
 }
 
+// newBenchCluster is a cluster "bench" with workloads on and kubeadm's objects, no Nodes yet.
+func newBenchCluster(b *testing.B) (*store.Manager, client.Client) {
+	b.Helper()
+	m := store.NewManager(store.WithSimulator(simulate.New(simulate.Options{Workloads: true, PodStartDelay: time.Millisecond})))
+	c, err := m.AddCluster("bench", store.ClusterOptions{KubernetesVersion: "v1.36.3"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cl := c.Client(store.WithoutManagedFields(), store.WithoutSyncWait())
+	for _, obj := range workload.ClusterObjects(workload.ClusterSpec{ClusterName: "bench", KubernetesVersion: "v1.36.3", ControlPlaneEndpoint: "127.0.0.1:6443", PodSubnet: "192.168.0.0/16"}) {
+		if err := cl.Create(context.Background(), obj); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return m, cl
+}
+
+// addReadyNode creates a Ready Node without taints, as kubelet registers one and then reports
+// its status.
+func addReadyNode(b *testing.B, cl client.Client, name, ip string) {
+	b.Helper()
+	ctx := context.Background()
+	n := workload.Node(workload.NodeSpec{Name: name, KubeletVersion: "v1.36.3", InternalIP: ip, Ready: true}, metav1.Now())
+	n.Spec.Taints = nil
+	status := n.Status
+	if err := cl.Create(ctx, n); err != nil {
+		b.Fatal(err)
+	}
+	for {
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(n), n); err != nil {
+			b.Fatal(err)
+		}
+		n.Status = status
+		if err := cl.Status().Update(ctx, n); err == nil {
+			return
+		}
+	}
+}
+
 func waitRunning(b *testing.B, cl client.Client, want int) {
+	b.Helper()
+	waitRunningEvery(b, cl, want, 5*time.Millisecond)
+}
+
+// waitRunningEvery waits for want ready pods, listing them every interval.
+func waitRunningEvery(b *testing.B, cl client.Client, want int, interval time.Duration) {
 	b.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
@@ -96,7 +118,7 @@ func waitRunning(b *testing.B, cl client.Client, want int) {
 		if ready >= want {
 			return
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(interval)
 	}
 	list := &corev1.PodList{}
 	_ = cl.List(context.Background(), list)
@@ -104,6 +126,41 @@ func waitRunning(b *testing.B, cl client.Client, want int) {
 		b.Logf("%s/%s node=%q phase=%s conds=%v", p.Namespace, p.Name, p.Spec.NodeName, p.Status.Phase, p.Status.Conditions)
 	}
 	b.Fatalf("fewer than %d pods ready after 2 minutes", want)
+}
+
+// BenchmarkDaemonSetOnManyNodes: one cluster with kubeadm's objects gets 500 Ready Nodes, 20 at
+// a time as a MachineDeployment's workers join, each batch once kube-proxy's DaemonSet has a
+// ready pod on every Node before it (kubernetes-sigs/cluster-api #13305's 500 workers). The
+// DaemonSet controller syncs on each change of its pods and walks every Node each time, so what
+// it does per Node decides the cost: reported as CPU seconds of the process per op (cpu-s/op).
+func BenchmarkDaemonSetOnManyNodes(b *testing.B) {
+	const nodes, batch = 500, 20
+	var cpu time.Duration
+	for range b.N {
+		b.StopTimer()
+		m, cl := newBenchCluster(b)
+		start := processCPU(b)
+		b.StartTimer()
+		for i := range nodes {
+			addReadyNode(b, cl, fmt.Sprintf("n%03d", i), fmt.Sprintf("10.0.%d.%d", i/250, i%250+1))
+			if (i+1)%batch == 0 {
+				waitRunningEvery(b, cl, i+1+2, 10*time.Millisecond) // kube-proxy on each Node so far, CoreDNS
+			}
+		}
+		b.StopTimer()
+		cpu += processCPU(b) - start
+		_ = m.DeleteCluster("bench")
+	}
+	b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
+}
+
+// processCPU is the CPU time (user and system) this process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkWorkloadsOffClusters: clusters with workloads off as Goofy's machine controller fills

@@ -79,21 +79,7 @@ func benchRunningPodsFleet(b *testing.B, clusters int) {
 			}
 		}
 		for j := range nodes {
-			n := workload.Node(workload.NodeSpec{Name: fmt.Sprintf("n%d", j), KubeletVersion: "v1.36.3", InternalIP: fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+10), Ready: true}, metav1.Now())
-			n.Spec.Taints = nil
-			status := n.Status
-			if err := cl.Create(ctx, n); err != nil {
-				b.Fatal(err)
-			}
-			for {
-				if err := cl.Get(ctx, client.ObjectKeyFromObject(n), n); err != nil {
-					b.Fatal(err)
-				}
-				n.Status = status
-				if err := cl.Status().Update(ctx, n); err == nil {
-					break
-				}
-			}
+			addReadyNode(b, cl, fmt.Sprintf("n%d", j), fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+10))
 		}
 	}
 	fleetWaitReady(b, clients, nodes+2) // kube-proxy per node, CoreDNS: the idle clusters

@@ -145,8 +145,12 @@ func tolerates(tolerations []corev1.Toleration, taint *corev1.Taint) bool {
 
 // matchesNode reports whether a pod's nodeSelector and required node affinity select the node.
 func matchesNode(spec *corev1.PodSpec, node *corev1.Node) bool {
-	if len(spec.NodeSelector) > 0 && !labels.SelectorFromSet(spec.NodeSelector).Matches(labels.Set(node.Labels)) {
-		return false
+	// What labels.SelectorFromSet(spec.NodeSelector).Matches does, without building a selector
+	// for each node the scheduler and the DaemonSet controller ask about.
+	for k, v := range spec.NodeSelector {
+		if have, ok := node.Labels[k]; !ok || have != v {
+			return false
+		}
 	}
 	if spec.Affinity == nil || spec.Affinity.NodeAffinity == nil || spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
 		return true
