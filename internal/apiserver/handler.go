@@ -88,17 +88,32 @@ func (h *handler) rootPaths() []string {
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	defer func() {
-		if p := recover(); p != nil {
-			if p == http.ErrAbortHandler {
-				panic(p)
-			}
-			buf := make([]byte, 16<<10)
-			buf = buf[:runtime.Stack(buf, false)]
-			h.log.Error(fmt.Errorf("panic: %v", p), "Recovered from panic serving request", "method", r.Method, "path", r.URL.Path, "stack", string(buf))
-			h.writeError(w, r, apierrors.NewInternalError(fmt.Errorf("internal error serving %s %s", r.Method, r.URL.Path)))
-		}
-	}()
+	defer h.recoverPanic(w, r)
+	if stream := h.route(w, r); stream != nil {
+		// A watch streams from here, once the frames that routed it have returned: its goroutine
+		// waits for events for the watch's life, on a stack small enough for the runtime to keep
+		// at 8 KiB (with them, 16 KiB).
+		stream.run()
+	}
+}
+
+// recoverPanic answers 500 for a panic of the handler, as kube-apiserver's WithPanicRecovery.
+func (h *handler) recoverPanic(w http.ResponseWriter, r *http.Request) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	if p == http.ErrAbortHandler {
+		panic(p)
+	}
+	buf := make([]byte, 16<<10)
+	buf = buf[:runtime.Stack(buf, false)]
+	h.log.Error(fmt.Errorf("panic: %v", p), "Recovered from panic serving request", "method", r.Method, "path", r.URL.Path, "stack", string(buf))
+	h.writeError(w, r, apierrors.NewInternalError(fmt.Errorf("internal error serving %s %s", r.Method, r.URL.Path)))
+}
+
+// route answers the request, or returns the watch it opened, for ServeHTTP to stream.
+func (h *handler) route(w http.ResponseWriter, r *http.Request) *watchStream {
 	if h.log.V(5).Enabled() {
 		user := ""
 		if u, ok := apirequest.UserFrom(r.Context()); ok {
@@ -111,62 +126,62 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case path == "/":
 		if !h.readOnly(w, r) {
-			return
+			return nil
 		}
 		responsewriters.WriteRawJSON(http.StatusOK, metav1.RootPaths{Paths: h.rootPaths()}, w)
-		return
+		return nil
 	case path == "/healthz" || path == "/livez" || path == "/readyz" ||
 		strings.HasPrefix(path, "/healthz/") || strings.HasPrefix(path, "/livez/") || strings.HasPrefix(path, "/readyz/"):
 		if !h.readOnly(w, r) {
-			return
+			return nil
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.WriteHeader(http.StatusOK)
 		_, _ = w.Write([]byte("ok"))
-		return
+		return nil
 	case path == "/version" || path == "/version/":
 		if !h.readOnly(w, r) {
-			return
+			return nil
 		}
 		responsewriters.WriteRawJSON(http.StatusOK, versionInfo(h.c.KubernetesVersion()), w)
-		return
+		return nil
 	case path == "/api" || path == "/api/":
 		if h.readOnly(w, r) {
 			h.serveGroupDiscovery(w, r, true)
 		}
-		return
+		return nil
 	case path == "/apis" || path == "/apis/":
 		if h.readOnly(w, r) {
 			h.serveGroupDiscovery(w, r, false)
 		}
-		return
+		return nil
 	case path == "/openapi/v2" || path == "/openapi/v3" || strings.HasPrefix(path, "/openapi/v3/"):
 		if h.readOnly(w, r) {
 			h.serveOpenAPI(w, r)
 		}
-		return
+		return nil
 	}
 
 	info, err := h.requestInfo(r)
 	if err != nil {
 		h.writeError(w, r, notFound())
-		return
+		return nil
 	}
 	if !info.IsResourceRequest {
 		parts := splitPath(path)
 		if len(parts) >= 2 && len(parts) <= 3 && (parts[0] == "api" || parts[0] == "apis") {
 			if !h.readOnly(w, r) {
-				return
+				return nil
 			}
 			if h.serveDiscoveryPath(w, r, parts) {
-				return
+				return nil
 			}
 		}
 		h.writeError(w, r, notFound())
-		return
+		return nil
 	}
-	h.serveResource(w, r, info)
+	return h.serveResource(w, r, info)
 }
 
 // readOnly answers 405 for anything but GET/HEAD on the non-resource paths.

@@ -57,7 +57,8 @@ func (rq *reqScope) codecs() runtime.NegotiatedSerializer {
 	return getServing().objects
 }
 
-func (h *handler) serveResource(w http.ResponseWriter, r *http.Request, info *apirequest.RequestInfo) {
+// serveResource answers a request for a resource, or returns the watch it opened.
+func (h *handler) serveResource(w http.ResponseWriter, r *http.Request, info *apirequest.RequestInfo) *watchStream {
 	if changesRBAC(info.APIGroup, info.Verb) {
 		w = &rbacWrite{ResponseWriter: w, r: r, c: h.c, clusterRoles: info.Resource == "clusterroles"}
 	}
@@ -82,11 +83,11 @@ func (h *handler) serveResource(w http.ResponseWriter, r *http.Request, info *ap
 	}
 	if ok && isNodeProxy(info) {
 		h.serveNodeProxy(w, r, info)
-		return
+		return nil
 	}
 	if !ok || len(info.Parts) > 3 || (info.APIPrefix == "api" && info.APIGroup != "") {
 		h.writeError(w, r, notFound())
-		return
+		return nil
 	}
 	rq := &reqScope{w: w, r: r, ri: ri, gvr: gvr, ns: info.Namespace, verb: info.Verb, custom: custom, printer: printer, unknownFields: unknown, scale: scale}
 	// The name comes from the path only: RequestInfo also fills it from a metadata.name field
@@ -102,49 +103,49 @@ func (h *handler) serveResource(w http.ResponseWriter, r *http.Request, info *ap
 		rq.ns = "" // /api/v1/namespaces/<name> parses the name as a namespace too
 	case !ri.Namespaced && rq.ns != "":
 		h.writeError(w, r, notFound())
-		return
+		return nil
 	case ri.Namespaced && rq.ns == "" && rq.name != "":
 		h.writeError(w, r, notFound())
-		return
+		return nil
 	}
 
 	if isReview(gvr) {
 		h.serveReview(rq)
-		return
+		return nil
 	}
 	if rq.sub != "" {
 		h.serveSubresource(rq)
-		return
+		return nil
 	}
 	if rq.verb == "proxy" || rq.verb == "" {
 		h.writeError(w, r, apierrors.NewMethodNotSupported(rq.gr(), r.Method))
-		return
+		return nil
 	}
 	if !slices.Contains(ri.Verbs, rq.verb) {
 		h.writeError(w, r, apierrors.NewMethodNotSupported(rq.gr(), rq.verb))
-		return
+		return nil
 	}
 	// A namespaced resource's cluster-wide path only lists and watches; an item path cannot be
 	// created on; a collection path cannot be updated or patched.
 	if (ri.Namespaced && rq.ns == "" && rq.verb != "list" && rq.verb != "watch") ||
 		(rq.verb == "create" && rq.name != "") || ((rq.verb == "update" || rq.verb == "patch") && rq.name == "") {
 		h.writeError(w, r, apierrors.NewMethodNotSupported(rq.gr(), rq.verb))
-		return
+		return nil
 	}
 	switch {
 	case isMetrics(gvr):
 		h.serveMetrics(rq)
-		return
+		return nil
 	case gvr == apiServicesGVR:
 		h.serveAPIServices(rq)
-		return
+		return nil
 	}
 
 	switch rq.verb {
 	case "get":
 		h.serveGet(rq)
 	case "list", "watch":
-		h.serveList(rq)
+		return h.serveList(rq)
 	case "create":
 		h.serveCreate(rq)
 	case "update":
@@ -158,6 +159,7 @@ func (h *handler) serveResource(w http.ResponseWriter, r *http.Request, info *ap
 	default:
 		h.writeError(w, r, apierrors.NewMethodNotSupported(rq.gr(), rq.verb))
 	}
+	return nil
 }
 
 func (h *handler) serveGet(rq *reqScope) {
@@ -283,27 +285,28 @@ func (h *handler) listOptions(rq *reqScope) (store.ListOptions, bool, error) {
 	}, lo.Watch, nil
 }
 
-func (h *handler) serveList(rq *reqScope) {
+// serveList answers a list, or opens a watch (?watch=true, /watch/ paths) and returns it.
+func (h *handler) serveList(rq *reqScope) *watchStream {
 	opts, isWatch, err := h.listOptions(rq)
 	if err != nil {
 		h.writeError(rq.w, rq.r, err)
-		return
+		return nil
 	}
 	if isWatch {
-		h.serveWatch(rq, opts)
-		return
+		return h.openWatch(rq, opts)
 	}
 	opts.ShareItems = true // the list is only encoded
 	list, err := h.c.List(rq.gvr, rq.ns, opts)
 	if err != nil {
 		h.writeError(rq.w, rq.r, err)
-		return
+		return nil
 	}
 	// Like upstream: an empty list has "items": [], not null.
 	if meta.LenList(list) == 0 {
 		_ = meta.SetList(list, []runtime.Object{})
 	}
 	h.writeObject(rq, http.StatusOK, list)
+	return nil
 }
 
 func fieldValidation(directive string) string {

@@ -75,46 +75,69 @@ func (e *eventWriter) done(deadline time.Time, ok bool) bool {
 	return e.rc.SetWriteDeadline(time.Time{}) == nil
 }
 
-// serveWatch streams watch events: newline-delimited WatchEvents in JSON, length-prefixed
-// frames in protobuf, each flushed as soon as it is written.
-func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
+// watchStream is an open watch: newline-delimited WatchEvents in JSON, length-prefixed frames in
+// protobuf, each flushed as soon as it is written. openWatch sets it up and writes the response
+// headers; run streams the events.
+type watchStream struct {
+	h         *handler
+	rq        *reqScope
+	watcher   *store.Watcher
+	ctx       context.Context
+	cancel    context.CancelFunc
+	framer    io.Writer
+	events    eventWriter
+	convert   *schema.GroupVersionKind // PartialObjectMetadata or Table; nil: the objects themselves
+	tableOpts *metav1.TableOptions
+	// objEnc encodes the objects, statusEnc Status objects (ERROR events), eventEnc the events.
+	objEnc, statusEnc, eventEnc runtime.Encoder
+}
+
+// openWatch opens the watch the request asks for and writes the response headers. It returns
+// nil when it answered the request itself: an error, or a resourceVersion the history no longer
+// reaches (a stream of one ERROR event).
+func (h *handler) openWatch(rq *reqScope, opts store.ListOptions) *watchStream {
 	sv := getServing()
 	codecs := rq.codecs()
 	mt, info, err := negotiation.NegotiateOutputMediaType(rq.r, codecs, restrictions{transforms: true})
 	if err != nil {
 		h.writeError(rq.w, rq.r, err)
-		return
+		return nil
 	}
 	if info.StreamSerializer == nil || info.StreamSerializer.Framer == nil {
 		_, streaming := negotiation.MediaTypesForSerializer(codecs)
 		h.writeError(rq.w, rq.r, negotiation.NewNotAcceptableError(streaming))
-		return
+		return nil
 	}
 	flusher, ok := rq.w.(http.Flusher)
 	if !ok {
 		h.writeError(rq.w, rq.r, apierrors.NewInternalError(fmt.Errorf("unable to start watch: response writer cannot flush")))
-		return
+		return nil
 	}
 	gv := rq.gvr.GroupVersion()
-	eventEnc := codecs.EncoderForVersion(info.StreamSerializer.Serializer, gv)
-	objEnc := codecs.EncoderForVersion(info.Serializer, gv)
-	var tableOpts *metav1.TableOptions
+	s := &watchStream{
+		h:         h,
+		rq:        rq,
+		eventEnc:  codecs.EncoderForVersion(info.StreamSerializer.Serializer, gv),
+		objEnc:    codecs.EncoderForVersion(info.Serializer, gv),
+		statusEnc: codecs.EncoderForVersion(info.Serializer, gv),
+	}
 	if mt.Convert != nil {
 		metaInfo, ok := runtime.SerializerInfoForMediaType(sv.meta.SupportedMediaTypes(), info.MediaType)
 		if !ok {
 			h.writeError(rq.w, rq.r, negotiation.NewNotAcceptableError([]string{runtime.ContentTypeJSON}))
-			return
+			return nil
 		}
-		objEnc = sv.meta.EncoderForVersion(metaInfo.Serializer, mt.Convert.GroupVersion())
+		s.objEnc = sv.meta.EncoderForVersion(metaInfo.Serializer, mt.Convert.GroupVersion())
 		if mt.Convert.Kind == "Table" {
-			if tableOpts, err = tableOptions(rq.r); err != nil {
+			if s.tableOpts, err = tableOptions(rq.r); err != nil {
 				h.writeError(rq.w, rq.r, err)
-				return
+				return nil
 			}
 		} else if mt.Convert.Kind != "PartialObjectMetadata" {
 			h.writeError(rq.w, rq.r, negotiation.NewNotAcceptableConversionError(mt.Convert.Kind, []string{"PartialObjectMetadata", "Table"}))
-			return
+			return nil
 		}
+		s.convert = mt.Convert
 	}
 
 	watcher, err := h.c.Watch(rq.gvr, rq.ns, opts)
@@ -123,18 +146,8 @@ func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
 	var expired apierrors.APIStatus
 	if err != nil && !((apierrors.IsResourceExpired(err) || apistorage.IsTooLargeResourceVersion(err)) && errors.As(err, &expired)) {
 		h.writeError(rq.w, rq.r, err)
-		return
+		return nil
 	}
-	if watcher != nil {
-		defer watcher.Stop()
-	}
-
-	timeout := minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))
-	if opts.TimeoutSeconds != nil && *opts.TimeoutSeconds > 0 {
-		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
-	}
-	ctx, cancel := context.WithTimeout(rq.r.Context(), timeout)
-	defer cancel()
 
 	contentType := info.MediaType
 	if contentType != runtime.ContentTypeJSON {
@@ -145,42 +158,63 @@ func (h *handler) serveWatch(rq *reqScope, opts store.ListOptions) {
 	rq.w.WriteHeader(http.StatusOK)
 	flusher.Flush()
 
-	framer := info.StreamSerializer.Framer.NewFrameWriter(rq.w)
-	events := &eventWriter{rc: http.NewResponseController(rq.w)}
-	events.limit, _ = rq.r.Context().Value(watchWriteLimitKey{}).(WatchWriteLimit)
+	s.framer = info.StreamSerializer.Framer.NewFrameWriter(rq.w)
+	s.events = eventWriter{rc: http.NewResponseController(rq.w)}
+	s.events.limit, _ = rq.r.Context().Value(watchWriteLimitKey{}).(WatchWriteLimit)
 	if expired != nil {
+		if watcher != nil {
+			watcher.Stop()
+		}
 		// Reflectors relist on the 410 and retry on the 504.
 		status := expired.Status()
-		h.writeEvent(framer, watch.Error, &status, codecs.EncoderForVersion(info.Serializer, gv), eventEnc)
+		h.writeEvent(s.framer, watch.Error, &status, s.statusEnc, s.eventEnc)
 		flusher.Flush()
-		return
+		return nil
 	}
+
+	timeout := minWatchTimeout + time.Duration(rand.Int64N(int64(minWatchTimeout)))
+	if opts.TimeoutSeconds != nil && *opts.TimeoutSeconds > 0 {
+		timeout = time.Duration(*opts.TimeoutSeconds) * time.Second
+	}
+	s.watcher = watcher
+	s.ctx, s.cancel = context.WithTimeout(rq.r.Context(), timeout)
+	return s
+}
+
+// run streams the watch's events until it ends: stopped, timed out, the client went away, a
+// write took too long, or the watch ended in the store.
+func (s *watchStream) run() {
+	defer s.cancel()
+	defer s.watcher.Stop()
 	for {
 		// This goroutine reads the store's watcher itself: a watch costs no store goroutine.
-		ev, ok := watcher.Next(ctx.Done())
-		if !ok {
-			return // stopped, timed out, the client went away, or the watch ended in the store
-		}
-		obj := ev.Object
-		if mt.Convert != nil && ev.Type != watch.Error {
-			if obj, err = h.transformWatched(rq, obj, *mt.Convert, tableOpts); err != nil {
-				h.log.Error(err, "Cannot transform watch event")
-				return
-			}
-			if tableOpts != nil {
-				tableOpts.NoHeaders = true // columns only in the first event, like upstream
-			}
-		}
-		enc := objEnc
-		if _, isStatus := obj.(*metav1.Status); isStatus {
-			enc = codecs.EncoderForVersion(info.Serializer, gv)
-		}
-		deadline := events.start()
-		ok = h.writeEvent(framer, ev.Type, obj, enc, eventEnc) && events.rc.Flush() == nil
-		if !events.done(deadline, ok) {
+		ev, ok := s.watcher.Next(s.ctx.Done())
+		if !ok || !s.write(ev) {
 			return
 		}
 	}
+}
+
+// write writes and flushes one event, reporting whether the watch goes on.
+func (s *watchStream) write(ev watch.Event) bool {
+	obj := ev.Object
+	if s.convert != nil && ev.Type != watch.Error {
+		var err error
+		if obj, err = s.h.transformWatched(s.rq, obj, *s.convert, s.tableOpts); err != nil {
+			s.h.log.Error(err, "Cannot transform watch event")
+			return false
+		}
+		if s.tableOpts != nil {
+			s.tableOpts.NoHeaders = true // columns only in the first event, like upstream
+		}
+	}
+	enc := s.objEnc
+	if _, isStatus := obj.(*metav1.Status); isStatus {
+		enc = s.statusEnc
+	}
+	deadline := s.events.start()
+	ok := s.h.writeEvent(s.framer, ev.Type, obj, enc, s.eventEnc) && s.events.rc.Flush() == nil
+	return s.events.done(deadline, ok)
 }
 
 // watchBuffers holds the encode buffers of all watches: a watch takes two per event and gives

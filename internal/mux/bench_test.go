@@ -305,6 +305,19 @@ func benchMuxScale(b *testing.B, clusters, cps, workers, podsPerNode int, loadFo
 	}
 	deadline := time.AfterFunc(loadFor+30*time.Second, stopLoad)
 	defer deadline.Stop()
+	// GOOFY_BENCH_LOAD_CPU_PROFILE: a CPU profile of the load alone (go test's -cpuprofile
+	// covers the set-up too, which dominates it).
+	if path := os.Getenv("GOOFY_BENCH_LOAD_CPU_PROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = f.Close() }()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	loadStart := time.Now()
 	running := func() bool { return time.Since(loadStart) < loadFor && loadCtx.Err() == nil }
 	// Node lists.

@@ -190,9 +190,23 @@ var longRunning = serverfilters.BasicLongRunningRequestCheck(sets.NewString("wat
 // and, around the handler, the timeout filter. The faults come between the two: their latency
 // counts against the deadline, and they answer the 504 themselves when it passes while they
 // wait, so the handler the timeout filter runs in its own goroutine is only the API server's.
+//
+// Long-running requests (watches, port-forward, proxy) go around max-in-flight, the deadline and
+// the timeout filter, which would pass them through as kube-apiserver's do: an open watch's
+// goroutine then waits on a stack without their frames, small enough for the runtime to keep at
+// 8 KiB (see apiserver's watchStream).
 func (l *WorkloadClusterListener) withLimits(faults func(http.Handler) http.Handler, api http.Handler) http.Handler {
 	timeout := l.mux.limits.RequestTimeout
-	return l.limitWatches(l.limitInFlight(withRequestDeadline(faults(withTimeout(withTestHook(api), timeout)), timeout)))
+	api = withTestHook(api)
+	limited := l.limitInFlight(withRequestDeadline(faults(withTimeout(api, timeout)), timeout))
+	streaming := faults(api)
+	return l.limitWatches(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if info, ok := request.RequestInfoFrom(r.Context()); ok && longRunning(r, info) {
+			streaming.ServeHTTP(w, r)
+			return
+		}
+		limited.ServeHTTP(w, r)
+	}))
 }
 
 // testHookServing, when set, runs for every request just before the API server's handler

@@ -86,7 +86,9 @@ var knownResources = sets.New("pods", "nodes", "namespaces", "configmaps", "secr
 
 type statusRecorder struct {
 	http.ResponseWriter
-	code int
+	code           int
+	verb, resource string // the metrics' labels
+	start          time.Time
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
@@ -121,33 +123,40 @@ func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter 
 // instrument counts requests and records latency. It runs behind withRequestInfo.
 func instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		verb, resource := "other", "other"
-		if info, ok := request.RequestInfoFrom(r.Context()); ok {
-			if info.IsResourceRequest {
-				verb = info.Verb
-				if knownResources.Has(info.Resource) {
-					resource = info.Resource
-					if info.Subresource != "" {
-						resource += "/" + info.Subresource
-					}
-				}
-			} else {
-				verb, resource = "nonresource", "nonresource"
-			}
-		}
-		start := time.Now()
-		if verb == "watch" {
+		rec := &statusRecorder{ResponseWriter: w, start: time.Now()}
+		rec.verb, rec.resource = metricLabels(r)
+		if rec.verb == "watch" {
 			watchesActive.Inc()
 			defer watchesActive.Dec()
 		}
-		rec := &statusRecorder{ResponseWriter: w}
 		next.ServeHTTP(rec, r)
-		if rec.code == 0 {
-			rec.code = http.StatusOK // hijacked (upgrades) or nothing written
-		}
-		requestsTotal.WithLabelValues(verb, resource, strconv.Itoa(rec.code)).Inc()
-		if verb != "watch" {
-			requestDuration.WithLabelValues(verb).Observe(time.Since(start).Seconds())
-		}
+		rec.record() // in a function of its own: this frame stays on every open watch's stack
 	})
+}
+
+// metricLabels are the verb and resource labels of the request's metrics.
+func metricLabels(r *http.Request) (verb, resource string) {
+	info, ok := request.RequestInfoFrom(r.Context())
+	switch {
+	case !ok:
+		return "other", "other"
+	case !info.IsResourceRequest:
+		return "nonresource", "nonresource"
+	case !knownResources.Has(info.Resource):
+		return info.Verb, "other"
+	case info.Subresource != "":
+		return info.Verb, info.Resource + "/" + info.Subresource
+	}
+	return info.Verb, info.Resource
+}
+
+// record counts the finished request and its latency.
+func (s *statusRecorder) record() {
+	if s.code == 0 {
+		s.code = http.StatusOK // hijacked (upgrades) or nothing written
+	}
+	requestsTotal.WithLabelValues(s.verb, s.resource, strconv.Itoa(s.code)).Inc()
+	if s.verb != "watch" {
+		requestDuration.WithLabelValues(s.verb).Observe(time.Since(s.start).Seconds())
+	}
 }

@@ -254,17 +254,30 @@ func (w *Watcher) next(cancel <-chan struct{}) (watch.Event, bool) {
 		return watch.Event{}, false
 	default:
 	}
+	for {
+		if ev, ok, ready := w.poll(); ready {
+			return ev, ok
+		}
+		if !w.wait(cancel) {
+			return watch.Event{}, false
+		}
+	}
+}
+
+// poll returns the next event when one is ready (ready: ok false when the watch ended), or
+// ready false when the watcher has caught up and must wait for a change.
+func (w *Watcher) poll() (ev watch.Event, ok, ready bool) {
 	for len(w.initial) > 0 {
 		obj := w.initial[0]
 		w.initial[0], w.initial = nil, w.initial[1:]
 		if w.sel.matches(w.b, obj) {
-			return watch.Event{Type: watch.Added, Object: obj.DeepCopyObject()}, true
+			return watch.Event{Type: watch.Added, Object: obj.DeepCopyObject()}, true, true
 		}
 	}
 	w.initial = nil
 	if w.initialEnd {
 		w.initialEnd = false
-		return w.bookmark(true), true
+		return w.bookmark(true), true, true
 	}
 	for {
 		for len(w.pending) > 0 {
@@ -273,7 +286,7 @@ func (w *Watcher) next(cancel <-chan struct{}) (watch.Event, bool) {
 			w.cursor = e.RV
 			if e.GroupResource() == w.gr {
 				if ev, ok := w.convert(e); ok {
-					return ev, true
+					return ev, true, true
 				}
 			}
 		}
@@ -284,7 +297,7 @@ func (w *Watcher) next(cancel <-chan struct{}) (watch.Event, bool) {
 		commit := w.c.objs.LastCommit()
 		w.c.mu.RUnlock()
 		if closed || !ok {
-			return watch.Event{}, false // cluster gone, or this watcher fell behind the history
+			return watch.Event{}, false, true // cluster gone, or this watcher fell behind the history
 		}
 		if len(evs) > 0 {
 			// Only changes on disk are delivered; undone ones are gone when it reads again.
@@ -296,24 +309,31 @@ func (w *Watcher) next(cancel <-chan struct{}) (watch.Event, bool) {
 		// Caught up: every event up to the cursor was handled, so a bookmark may carry it.
 		if w.bookmarkDue {
 			w.bookmarkDue = false
-			return w.bookmark(false), true
+			return w.bookmark(false), true, true
 		}
-		var tick <-chan time.Time
-		if w.ticker != nil {
-			tick = w.ticker.C
-		}
-		select {
-		case <-w.wakeCh:
-		case <-tick:
-			w.bookmarkDue = true
-		case <-w.done:
-			return watch.Event{}, false
-		case <-w.timeoutC():
-			return watch.Event{}, false
-		case <-cancel:
-			return watch.Event{}, false
-		}
+		return watch.Event{}, false, false
 	}
+}
+
+// wait waits for a change, the bookmark tick, or the watch's end (false). It is a function of
+// its own, and next a small one, so that an idle watch's goroutine waits on a small stack.
+func (w *Watcher) wait(cancel <-chan struct{}) bool {
+	var tick <-chan time.Time
+	if w.ticker != nil {
+		tick = w.ticker.C
+	}
+	select {
+	case <-w.wakeCh:
+	case <-tick:
+		w.bookmarkDue = true
+	case <-w.done:
+		return false
+	case <-w.timeoutC():
+		return false
+	case <-cancel:
+		return false
+	}
+	return true
 }
 
 // convert turns a history event into what this watcher's client sees. An object that stops
