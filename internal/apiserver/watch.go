@@ -114,13 +114,9 @@ func (h *handler) openWatch(rq *reqScope, opts store.ListOptions) *watchStream {
 		return nil
 	}
 	gv := rq.gvr.GroupVersion()
-	s := &watchStream{
-		h:         h,
-		rq:        rq,
-		eventEnc:  codecs.EncoderForVersion(info.StreamSerializer.Serializer, gv),
-		objEnc:    codecs.EncoderForVersion(info.Serializer, gv),
-		statusEnc: codecs.EncoderForVersion(info.Serializer, gv),
-	}
+	s := &watchStream{h: h, rq: rq, eventEnc: codecs.EncoderForVersion(info.StreamSerializer.Serializer, gv)}
+	s.statusEnc = codecs.EncoderForVersion(info.Serializer, gv)
+	s.objEnc = s.statusEnc // unless the client asked for a conversion (below)
 	if mt.Convert != nil {
 		metaInfo, ok := runtime.SerializerInfoForMediaType(sv.meta.SupportedMediaTypes(), info.MediaType)
 		if !ok {
