@@ -51,7 +51,8 @@ func TrimCluster(obj any) (any, error) {
 
 // CacheTransport is the HTTP transport of the manager's cache: next, leaving out of the JSON
 // lists and watch events it receives what the cache's transforms throw away (every object's
-// managed fields, cache.TransformStripManagedFields; what TrimMachine and TrimCluster drop),
+// managed fields, cache.TransformStripManagedFields; what TrimMachine and TrimCluster drop, a
+// Cluster's conditions but ControlPlaneInitialized included),
 // so that it is never decoded (package cachetrim has the figures). What it leaves out must
 // stay within what they drop: the transforms decide what the cache holds.
 func CacheTransport(next http.RoundTripper) http.RoundTripper {
@@ -66,7 +67,12 @@ func CacheTransport(next http.RoundTripper) http.RoundTripper {
 			},
 			{Group: clusterv1.GroupVersion.Group, Resource: "clusters"}: {Within: map[string]cachetrim.Trim{
 				"metadata": metadata,
-				"status":   {Only: []string{"initialization", "conditions"}},
+				"status": {
+					Only: []string{"initialization", "conditions"},
+					Select: map[string]cachetrim.Selection{"conditions": {
+						Member: "type", Values: []string{clusterv1.ClusterControlPlaneInitializedCondition},
+					}},
+				},
 			}},
 		},
 	}

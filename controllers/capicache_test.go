@@ -150,7 +150,8 @@ func newBodyRecorder(next http.RoundTripper, words ...string) *bodyRecorder {
 // real kube-apiserver, lists and watches CAPI's Machines and Clusters and Goofy's objects and
 // holds what the transforms alone would give (spec, metadata, a Cluster's gates, the statuses
 // of Goofy's objects; no managed fields), follows their changes, while its decoder never sees
-// managed fields, a Machine's status or a Cluster's phase; Secrets (protobuf) pass as served.
+// managed fields, a Machine's status or a Cluster's phase and conditions other than
+// ControlPlaneInitialized; Secrets (protobuf) pass as served.
 func TestCacheDecodesTrimmedResponses(t *testing.T) {
 	g := NewWithT(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -233,5 +234,7 @@ func TestCacheDecodesTrimmedResponses(t *testing.T) {
 	g.Expect(decoded.read("machines")).NotTo(ContainSubstring(`"Provisioning"`))
 	g.Expect(decoded.read("machines")).NotTo(ContainSubstring(`"Running"`))
 	g.Expect(decoded.read("clusters")).NotTo(ContainSubstring(`"Provisioned"`))
+	g.Expect(decoded.read("clusters")).To(ContainSubstring(`"` + clusterv1.ClusterControlPlaneInitializedCondition + `"`))
+	g.Expect(decoded.read("clusters")).NotTo(ContainSubstring(`"NotYet"`))
 	g.Expect(decoded.read("secrets")).NotTo(BeEmpty())
 }

@@ -69,19 +69,13 @@ func watchDecoder(tb testing.TB, s *runtime.Scheme, body io.ReadCloser) *restcli
 }
 
 // BenchmarkWatchDecode: what a watch event of each sample costs the cache's decoder, as served
-// and through the trim the manager uses (controllers.CacheWireTrims' shape: managed fields
-// everywhere, a Machine's status, a Cluster's status but its initialization and conditions).
+// and through the trim the manager uses (controllers.CacheTransport's shape: managed fields
+// everywhere, a Machine's status, a Cluster's status but its initialization and its
+// ControlPlaneInitialized condition).
 func BenchmarkWatchDecode(b *testing.B) {
 	s := testScheme(b)
 	metadata := Trim{Within: map[string]Trim{"metadata": {Drop: []string{"managedFields"}}}}
-	trims := map[string]Trim{
-		"machine": {Drop: []string{"status"}, Within: metadata.Within},
-		"cluster": {Within: map[string]Trim{
-			"metadata": metadata.Within["metadata"],
-			"status":   {Only: []string{"initialization", "conditions"}},
-		}},
-		"goofymachine": metadata,
-	}
+	trims := map[string]Trim{"machine": machineTrim, "cluster": clusterTrim, "goofymachine": metadata}
 	const events = 100
 	for _, name := range []string{"machine", "cluster", "goofymachine"} {
 		stream := watchStream(sample(b, name), events)

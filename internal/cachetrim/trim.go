@@ -8,10 +8,20 @@ import (
 
 // Trim says which members of a JSON object to leave out.
 type Trim struct {
-	Drop   []string        // members left out
-	Only   []string        // when set, every member not named here is left out
-	Within map[string]Trim // members whose values are objects, trimmed in turn
-	Each   map[string]Trim // members whose values are arrays of objects, each trimmed in turn
+	Drop   []string             // members left out
+	Only   []string             // when set, every member not named here is left out
+	Within map[string]Trim      // members whose values are objects, trimmed in turn
+	Each   map[string]Trim      // members whose values are arrays of objects, each trimmed in turn
+	Select map[string]Selection // members whose values are arrays of objects, only some kept
+}
+
+// Selection keeps, of an array, the objects whose string member Member is one of Values, as
+// they are. Whatever else the array holds (objects without that member, or with another kind
+// of value there or one written with an escape, and elements that are not objects) is kept
+// too: the trim only leaves out what it can tell apart for certain.
+type Selection struct {
+	Member string
+	Values []string
 }
 
 // keeps reports whether the member named key stays.
@@ -61,12 +71,17 @@ func trimObject(dst, src []byte, i int, t *Trim) ([]byte, int, error) {
 		valueStart := skipSpace(src, i+1)
 		key := src[keyStart+1 : keyEnd-1]
 		keep := bytes.IndexByte(key, '\\') >= 0 || t.keeps(key)
-		var within, each *Trim
+		var (
+			within, each *Trim
+			selection    *Selection
+		)
 		if keep && valueStart < len(src) {
 			if w, ok := t.Within[string(key)]; ok && src[valueStart] == '{' {
 				within = &w
 			} else if e, ok := t.Each[string(key)]; ok && src[valueStart] == '[' {
 				each = &e
+			} else if sel, ok := t.Select[string(key)]; ok && src[valueStart] == '[' {
+				selection = &sel
 			}
 		}
 		var valueEnd int
@@ -80,6 +95,12 @@ func trimObject(dst, src []byte, i int, t *Trim) ([]byte, int, error) {
 		case each != nil:
 			dst = appendMember(dst, src[keyStart:keyEnd], first)
 			if dst, valueEnd, err = trimArray(dst, src, valueStart, each); err != nil {
+				return dst, 0, err
+			}
+			first = false
+		case selection != nil:
+			dst = appendMember(dst, src[keyStart:keyEnd], first)
+			if dst, valueEnd, err = selectArray(dst, src, valueStart, selection); err != nil {
 				return dst, 0, err
 			}
 			first = false
@@ -118,38 +139,113 @@ func trimObject(dst, src []byte, i int, t *Trim) ([]byte, int, error) {
 // t, and returns the index after it. Elements that are not objects are copied.
 func trimArray(dst, src []byte, i int, t *Trim) ([]byte, int, error) {
 	dst = append(dst, '[')
+	first := true
+	end, err := forEachElement(src, i, func(start int) (int, error) {
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		if src[start] == '{' {
+			var end int
+			var err error
+			dst, end, err = trimObject(dst, src, start, t)
+			return end, err
+		}
+		end, err := valueEndAt(src, start)
+		dst = append(dst, src[start:max(end, start)]...)
+		return end, err
+	})
+	return append(dst, ']'), end, err
+}
+
+// selectArray appends to dst the array that starts at src[i] with only the elements sel keeps,
+// and returns the index after it.
+func selectArray(dst, src []byte, i int, sel *Selection) ([]byte, int, error) {
+	dst = append(dst, '[')
+	first := true
+	end, err := forEachElement(src, i, func(start int) (int, error) {
+		end, err := valueEndAt(src, start)
+		if err == nil && sel.keeps(src[start:end]) {
+			if !first {
+				dst = append(dst, ',')
+			}
+			first = false
+			dst = append(dst, src[start:end]...)
+		}
+		return end, err
+	})
+	return append(dst, ']'), end, err
+}
+
+// forEachElement calls element with the start of each element of the array that starts at
+// src[i]; element returns the index after it. It returns the index after the array.
+func forEachElement(src []byte, i int, element func(start int) (int, error)) (int, error) {
 	i = skipSpace(src, i+1)
 	if i < len(src) && src[i] == ']' {
-		return append(dst, ']'), i + 1, nil
+		return i + 1, nil
 	}
 	for {
-		var err error
-		if i < len(src) && src[i] == '{' {
-			if dst, i, err = trimObject(dst, src, i, t); err != nil {
-				return dst, 0, err
-			}
-		} else {
-			end, err := valueEndAt(src, i)
-			if err != nil {
-				return dst, 0, err
-			}
-			dst = append(dst, src[i:end]...)
-			i = end
-		}
-		i = skipSpace(src, i)
 		if i >= len(src) {
-			return dst, 0, errMalformed
+			return 0, errMalformed
+		}
+		end, err := element(i)
+		if err != nil {
+			return 0, err
+		}
+		i = skipSpace(src, end)
+		if i >= len(src) {
+			return 0, errMalformed
 		}
 		switch src[i] {
 		case ',':
-			dst = append(dst, ',')
 			i = skipSpace(src, i+1)
 		case ']':
-			return append(dst, ']'), i + 1, nil
+			return i + 1, nil
 		default:
-			return dst, 0, errMalformed
+			return 0, errMalformed
 		}
 	}
+}
+
+// keeps reports whether sel keeps the array element elem, one complete value. Like the decoder,
+// it goes by the member's last occurrence; a member name with an escape keeps the element (it
+// may name Member).
+func (sel *Selection) keeps(elem []byte) bool {
+	if elem[0] != '{' {
+		return true
+	}
+	keep := true // no such member
+	i := skipSpace(elem, 1)
+	for i < len(elem) && elem[i] == '"' {
+		keyEnd, err := stringEnd(elem, i)
+		if err != nil {
+			return true
+		}
+		key := elem[i+1 : keyEnd-1]
+		if bytes.IndexByte(key, '\\') >= 0 {
+			return true
+		}
+		i = skipSpace(elem, keyEnd)
+		if i >= len(elem) || elem[i] != ':' {
+			return true
+		}
+		valueStart := skipSpace(elem, i+1)
+		valueEnd, err := valueEndAt(elem, valueStart)
+		if err != nil {
+			return true
+		}
+		if string(key) == sel.Member {
+			value := elem[valueStart:valueEnd]
+			// Not a string, or one with an escape: not compared.
+			keep = len(value) < 2 || value[0] != '"' || bytes.IndexByte(value, '\\') >= 0 ||
+				slices.Contains(sel.Values, string(value[1:len(value)-1]))
+		}
+		i = skipSpace(elem, valueEnd)
+		if i < len(elem) && elem[i] == ',' {
+			i = skipSpace(elem, i+1)
+		}
+	}
+	return keep
 }
 
 func appendMember(dst, key []byte, first bool) []byte {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -13,7 +14,10 @@ var (
 	machineTrim   = Trim{Drop: []string{"status"}, Within: managedFields.Within}
 	clusterTrim   = Trim{Within: map[string]Trim{
 		"metadata": managedFields.Within["metadata"],
-		"status":   {Only: []string{"initialization", "conditions"}},
+		"status": {
+			Only:   []string{"initialization", "conditions"},
+			Select: map[string]Selection{"conditions": {Member: "type", Values: []string{"ControlPlaneInitialized"}}},
+		},
 	}}
 )
 
@@ -38,6 +42,19 @@ func expected(v any, t Trim) any {
 					trimmed[i] = expected(item, e)
 				}
 				val = trimmed
+			}
+		} else if sel, ok := t.Select[k]; ok {
+			if items, ok := val.([]any); ok {
+				kept := []any{}
+				for _, item := range items {
+					if m, ok := item.(map[string]any); ok {
+						if v, ok := m[sel.Member].(string); ok && !slices.Contains(sel.Values, v) {
+							continue
+						}
+					}
+					kept = append(kept, item)
+				}
+				val = kept
 			}
 		}
 		out[k] = val
@@ -111,6 +128,32 @@ func TestTrimLeavesOutWhatItNames(t *testing.T) {
 		checkTrim(t, []byte(src), machineTrim)
 		checkTrim(t, []byte(src), clusterTrim)
 	}
+	// Selected conditions: of the objects, those of another type go; what cannot be told apart
+	// for certain stays (no type, a type that is not a string, elements that are not objects).
+	for _, src := range []string{
+		`{"status":{"conditions":[]}}`,
+		`{"status":{"conditions":[{"type":"Available","status":"False"}]}}`,
+		`{"status":{"conditions":[{"type":"Available"},{"type":"ControlPlaneInitialized","status":"True"},{"type":"Paused"}]}}`,
+		`{"status":{"conditions":[ {"status":"x"} , {"type":1},"s",null,[{"type":"A"}],{"reason":"{[\"type\":\"A\""} ]}}`,
+		`{"status":{"conditions":[{"type":"B","type":"ControlPlaneInitialized"},{"type":"ControlPlaneInitialized","type":"B"}]}}`,
+		`{"status":{"conditions":[{"message":"]}","type":"A","x":{"type":"ControlPlaneInitialized"}}]},"spec":{"conditions":[{"type":"A"}]}}`,
+	} {
+		checkTrim(t, []byte(src), clusterTrim)
+	}
+	if got := checkTrim(t, sample(t, "cluster"), clusterTrim); bytes.Count(got, []byte(`"type":`)) != 1 ||
+		!bytes.Contains(got, []byte(`"type":"ControlPlaneInitialized"`)) {
+		t.Errorf("the cluster's conditions trimmed to %s", got)
+	}
+	// An escaped type, or a member name with an escape, is not compared: the element stays.
+	for _, src := range []string{
+		`{"status":{"conditions":[{"type":"\u0041"}]}}`,
+		`{"status":{"conditions":[{"typ\u0065":"A"}]}}`,
+		`{"status":{"conditions":[{"type":"A","typ\u0065":"B"}]}}`,
+	} {
+		if got, _, err := trimObject(nil, []byte(src), 0, &clusterTrim); err != nil || string(got) != src {
+			t.Errorf("%s trimmed to %s (%v)", src, got, err)
+		}
+	}
 	// A member whose name is escaped is compared as written, so kept (the cache's transform
 	// still sees it).
 	escaped := `{"stat\u0075s":{"kept":1}}`
@@ -131,6 +174,7 @@ func TestTrimReportsMalformedJSON(t *testing.T) {
 	for _, src := range []string{
 		``, ` `, `[]`, `"s"`, `{`, `{"a"`, `{"a":`, `{"a":1`, `{"a":1,}`, `{,}`, `{"a" 1}`,
 		`{"a":}`, `{"a":1 "b":2}`, `{"status":{"x":1}`, `{"status":"unterminated}`,
+		`{"status":{"conditions":[{"type":"A"}}}`, `{"status":{"conditions":[{"type":"A"`,
 		`{a:1}`, `{"items":[`, `{"metadata":{"managedFields":[}`, `{"metadata":{"name":"x"`, `{"a":"\`,
 	} {
 		for _, trim := range []Trim{machineTrim, clusterTrim, list} {
@@ -145,6 +189,12 @@ func TestTrimReportsMalformedJSON(t *testing.T) {
 			t.Errorf("%q: err %v, want errMalformed", src, err)
 		}
 	}
+	for _, src := range []string{`{"status":{"conditions":[{"type":"A"},]}}`, `{"status":{"conditions":[{"type":"A"} {"type":"B"}]}}`,
+		`{"status":{"conditions":[1,]}}`, `{"status":{"conditions":[,]}}`} {
+		if _, _, err := trimObject(nil, []byte(src), 0, &clusterTrim); !errors.Is(err, errMalformed) {
+			t.Errorf("%q: err %v, want errMalformed", src, err)
+		}
+	}
 }
 
 // FuzzTrimObject: no input panics or reads out of range; a well-formed object trims to
@@ -152,6 +202,7 @@ func TestTrimReportsMalformedJSON(t *testing.T) {
 // minus the trimmed members is.
 func FuzzTrimObject(f *testing.F) {
 	for _, s := range []string{`{"status":{"a":[1,"]"]},"metadata":{"managedFields":[],"n":1}}`,
+		`{"status":{"conditions":[{"type":"A"},{"type":"ControlPlaneInitialized"},{"x":"y"},3]}}`,
 		`{"items":[{"status":1},2]}`, `{"a":"\"}"}`, `{"x":{"y":{"z":[[[]]]}}}`} {
 		f.Add([]byte(s))
 	}
