@@ -152,7 +152,9 @@ func trimArray(dst, src []byte, i int, t *Trim) ([]byte, int, error) {
 			return end, err
 		}
 		end, err := valueEndAt(src, start)
-		dst = append(dst, src[start:max(end, start)]...)
+		if err == nil {
+			dst = append(dst, src[start:end]...)
+		}
 		return end, err
 	})
 	return append(dst, ']'), end, err
